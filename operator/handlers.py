@@ -1,0 +1,110 @@
+"""kopf handlers for CachedEndpoints, registered on an explicit registry.
+
+Handlers are plain functions, a few lines each: they call `reconciling` and translate its
+outcome for kopf (Events, retry or give up). `build_registry` wires them, so every test and
+every `kvpin operator` process gets a fresh registry.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import kopf
+import kubernetes.client
+import kubernetes.config
+import prometheus_client
+
+from kvpin import api
+from kvpin.operator import cluster, metrics, reconciling, status
+from kvpin.operator import settings as settings_module
+
+RETRY_DELAY_SECONDS = 5.0
+
+
+def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Apply kvpin's kopf settings, connect the API client, serve metrics."""
+    config: settings_module.OperatorConfig = memo.config
+    settings_module.apply_kopf_settings(settings, config)
+    memo.cluster = cluster.Cluster(_api_client())
+    if config.metrics_port:
+        prometheus_client.start_http_server(config.metrics_port, addr=config.liveness_host)
+
+
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's own client logs in the way the kubernetes client does (in-cluster or kubeconfig)."""
+    return kopf.login_via_client(**kwargs)
+
+
+def reconcile_endpoint(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Create, update, resume and resync: converge the children, then the status."""
+    started = time.monotonic()
+    try:
+        outcome = reconciling.reconcile(body, cluster=memo.cluster, config=memo.config)
+    except cluster.ClusterError as err:
+        metrics.ERRORS.inc()
+        metrics.RECONCILES.labels("error").inc()
+        raise kopf.TemporaryError(str(err), delay=RETRY_DELAY_SECONDS) from err
+    finally:
+        metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+    _post(outcome)
+    metrics.RECONCILES.labels("degraded" if outcome.problem else "ok").inc()
+    if outcome.problem and outcome.problem.reason == status.REASON_INVALID_SPEC:
+        # Retrying cannot help until the spec changes, which triggers a new reconcile.
+        raise kopf.PermanentError(outcome.problem.message)
+
+
+def refresh_endpoint(
+    labels: kopf.Labels, namespace: str, memo: kopf.Memo, logger: logging.Logger, **_: Any
+) -> None:
+    """A pod or the StatefulSet changed: recompute the status so status.ring follows at once."""
+    try:
+        outcome = reconciling.refresh(
+            namespace,
+            labels[api.LABEL_ENDPOINT],
+            cluster=memo.cluster,
+            config=memo.config,
+            trigger="child",
+        )
+    except cluster.ClusterError as err:
+        # Event handlers are not retried; the periodic resync repairs what this missed.
+        metrics.ERRORS.inc()
+        logger.info("status refresh failed, the resync will repair it: %s", err)
+        return
+    if outcome is not None:
+        _post(outcome)
+
+
+def _post(outcome: reconciling.Outcome) -> None:
+    for event in outcome.events:
+        kopf.event(outcome.endpoint, type=event.type, reason=event.reason, message=event.message)
+
+
+def _api_client() -> kubernetes.client.ApiClient:
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+    return kubernetes.client.ApiClient()
+
+
+def build_registry(config: settings_module.OperatorConfig) -> kopf.OperatorRegistry:
+    """A registry with every handler of the operator."""
+    registry = kopf.OperatorRegistry()
+    cep = (api.GROUP, api.VERSION, api.PLURAL)
+    owned = {api.LABEL_ENDPOINT: kopf.PRESENT, api.LABEL_MANAGED_BY: api.MANAGED_BY}
+    kopf.on.startup(registry=registry)(startup)
+    kopf.on.login(registry=registry)(login)
+    for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
+        on(*cep, registry=registry, id="reconcile")(reconcile_endpoint)
+    kopf.timer(
+        *cep,
+        registry=registry,
+        id="resync",
+        interval=config.resync_seconds,
+        initial_delay=config.resync_seconds,
+    )(reconcile_endpoint)
+    kopf.on.event("", "v1", "pods", labels=owned, registry=registry)(refresh_endpoint)
+    kopf.on.event("apps", "v1", "statefulsets", labels=owned, registry=registry)(refresh_endpoint)
+    return registry

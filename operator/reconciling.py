@@ -1,0 +1,125 @@
+"""Reconcile a CachedEndpoint: plan, apply the children, recompute and write the status.
+
+I/O through `cluster` only; decisions come from the pure `plan` and `status` modules. Two entry
+points share one status path: `reconcile` (spec changes, resume, periodic resync) applies the
+children first; `refresh` (a pod or StatefulSet changed) only recomputes the status, which is
+what makes a pod's readiness reach `status.ring` quickly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from kvpin.operator import cluster as clusters
+from kvpin.operator import desired, metrics, plan, status
+from kvpin.operator.settings import OperatorConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What a reconcile or refresh did: the status written and the Events it deserves."""
+
+    endpoint: Mapping[str, Any]  # the CachedEndpoint the Events are about
+    status: dict[str, Any]
+    events: tuple[status.Event, ...]
+    problem: status.Problem | None
+
+
+def reconcile(
+    body: Mapping[str, Any], *, cluster: clusters.Cluster, config: OperatorConfig
+) -> Outcome:
+    """Converge the children on the spec, then write the status."""
+    meta = body["metadata"]
+    others = cluster.list_endpoints(meta["namespace"])
+    todo = plan.build_plan(body, others, sim_image=config.sim_image)
+    problem = todo.problem
+    try:
+        for manifest in todo.apply:
+            cluster.apply_child(manifest, owner_uid=meta["uid"])
+        for kind in todo.delete:
+            cluster.delete_child(kind, meta["namespace"], meta["name"], owner_uid=meta["uid"])
+    except clusters.ChildConflictError as err:
+        problem = status.Problem(status.REASON_CHILD_CONFLICT, str(err))
+    return _write_status(body, todo, problem, cluster=cluster, trigger="reconcile")
+
+
+def refresh(
+    namespace: str, name: str, *, cluster: clusters.Cluster, config: OperatorConfig, trigger: str
+) -> Outcome | None:
+    """Recompute the status from the pods as they are now; None if the object is gone."""
+    body = cluster.read_endpoint(namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return None
+    others = cluster.list_endpoints(namespace)
+    todo = plan.build_plan(body, others, sim_image=config.sim_image)
+    problem = todo.problem or _child_conflict_of(body)
+    return _write_status(body, todo, problem, cluster=cluster, trigger=trigger)
+
+
+def _child_conflict_of(body: Mapping[str, Any]) -> status.Problem | None:
+    """Keep a ChildNotOwned verdict: only a full reconcile, which re-checks it, may clear it."""
+    for condition in (body.get("status") or {}).get("conditions") or []:
+        if (
+            condition.get("type") == status.DEGRADED
+            and condition.get("status") == "True"
+            and condition.get("reason") == status.REASON_CHILD_CONFLICT
+        ):
+            return status.Problem(status.REASON_CHILD_CONFLICT, condition.get("message", ""))
+    return None
+
+
+def _write_status(
+    body: Mapping[str, Any],
+    todo: plan.Plan,
+    problem: status.Problem | None,
+    *,
+    cluster: clusters.Cluster,
+    trigger: str,
+) -> Outcome:
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    sts = cluster.read("StatefulSet", namespace, name)
+    if sts is not None and not clusters.owned_by(sts, meta["uid"]):
+        problem = problem or status.Problem(
+            status.REASON_CHILD_CONFLICT,
+            f"StatefulSet {name} already exists and is not owned by this CachedEndpoint",
+        )
+        sts = None
+    pods = cluster.list_pods(namespace, name) if sts is not None else []
+    endpoint = todo.endpoint
+    raw_spec = body.get("spec") or {}
+    previous = body.get("status") or {}
+    new = status.compute_status(
+        generation=int(meta.get("generation") or 0),
+        desired_replicas=endpoint.replicas if endpoint else _raw_int(raw_spec.get("replicas")),
+        endpoint_id=endpoint.endpoint_id if endpoint else str(raw_spec.get("endpointId") or name),
+        selector=desired.format_selector(name),
+        vram_reservation=str(raw_spec.get("vramReservation") or ""),
+        pods=pods,
+        statefulset=sts,
+        default_port=endpoint.engine.port if endpoint else 0,
+        problem=problem,
+        previous=previous,
+        now=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    if _owned_fields(previous) != new:
+        cluster.patch_status(namespace, name, new)
+        metrics.STATUS_WRITES.labels(trigger).inc()
+    if (previous.get("ring") or {}).get("version") != new["ring"]["version"]:
+        metrics.RING_CHANGES.labels(namespace, name).inc()
+    return Outcome(body, new, tuple(status.compute_events(previous, new)), problem)
+
+
+def _owned_fields(previous: Mapping[str, Any]) -> dict[str, Any]:
+    keys = (
+        "observedGeneration", "endpointId", "replicas", "readyReplicas", "selector",
+        "vramReservation", "conditions", "ring",
+    )  # fmt: skip
+    return {k: previous[k] for k in keys if k in previous}
+
+
+def _raw_int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

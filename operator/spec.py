@@ -1,0 +1,259 @@
+"""CachedEndpoint `spec` -> EndpointSpec, with the schema's defaults applied again.
+
+Pure. The CRD schema applies the same defaults and rejects most nonsense at admission; this
+module re-checks so that objects stored before a schema change, or an API server that skipped
+validation, can never crash the operator: anything it cannot use raises SpecError with a
+sentence a person can act on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from kvpin.operator import gpus, quantity
+
+PRESETS = ("vllm", "sglang", "sim", "custom")
+KEY_MODES = ("prefix", "session", "endpoint")
+DEFAULT_PORT = 8000
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_LOAD_FACTOR = 1.25
+DEFAULT_VIRTUAL_NODES = 160
+DEFAULT_SESSION_HEADER = "X-Session-ID"
+# StatefulSet pods are named "<name>-<ordinal>" and carry a "<name>-<hash>" revision label,
+# both limited to 63 characters, so the CachedEndpoint's name is capped lower.
+MAX_NAME_LENGTH = 52
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class SpecError(ValueError):
+    """The spec cannot be turned into a pool; the message says what to change."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineSpec:
+    """Which inference engine runs in each pod."""
+
+    preset: str = "vllm"
+    image: str | None = None  # None: the preset's image
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()  # appended to a preset's own arguments
+    port: int = DEFAULT_PORT
+    health_path: str = "/health"  # readiness probe path on the engine's port
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuSpec:
+    """The GPUs of one pod and the nodes that may hold it."""
+
+    count: int = 1
+    resource_name: str = DEFAULT_GPU_RESOURCE
+    product: str | None = None  # e.g. NVIDIA-A100-SXM4-80GB (node label nvidia.com/gpu.product)
+    memory_bytes: int | None = None  # per GPU; from spec.gpu.memory or the product's known size
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class RoutingSpec:
+    """How the router keys this endpoint's requests (it reads these from the spec)."""
+
+    key: str = "prefix"
+    load_factor: float = DEFAULT_LOAD_FACTOR
+    virtual_nodes: int = DEFAULT_VIRTUAL_NODES
+    session_header: str = DEFAULT_SESSION_HEADER
+
+
+@dataclasses.dataclass(frozen=True)
+class PodOverrides:
+    """Pod fields a real deployment needs, passed through as Kubernetes wrote them."""
+
+    env: tuple[Mapping[str, Any], ...] = ()
+    resources: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    volumes: tuple[Mapping[str, Any], ...] = ()
+    volume_mounts: tuple[Mapping[str, Any], ...] = ()
+    service_account_name: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointSpec:
+    """Everything the operator needs to render one CachedEndpoint's children."""
+
+    name: str
+    namespace: str
+    endpoint_id: str
+    model: str
+    replicas: int
+    vram_reservation: str
+    vram_reservation_bytes: int
+    engine: EngineSpec
+    gpu: GpuSpec
+    routing: RoutingSpec
+    pod: PodOverrides
+
+
+def parse(body: Mapping[str, Any]) -> EndpointSpec:
+    """Build an EndpointSpec from a whole CachedEndpoint object."""
+    meta = _mapping(body.get("metadata"), "metadata")
+    spec = _mapping(body.get("spec"), "spec")
+    name = str(meta.get("name") or "")
+    if len(name) > MAX_NAME_LENGTH:
+        raise SpecError(f"metadata.name must be at most {MAX_NAME_LENGTH} characters")
+    endpoint_id = str(spec.get("endpointId") or name)
+    if not _DNS_LABEL.match(endpoint_id) or len(endpoint_id) > 63:
+        raise SpecError(f"spec.endpointId {endpoint_id!r} must be a DNS label (a-z, 0-9, '-')")
+    model = spec.get("model")
+    if not isinstance(model, str) or not model:
+        raise SpecError("spec.model is required: the model the engine serves")
+    replicas = _int(spec.get("replicas", 1), "spec.replicas", minimum=0)
+    reservation = spec.get("vramReservation")
+    if reservation is None:
+        raise SpecError("spec.vramReservation is required, e.g. 40Gi")
+    try:
+        reservation_bytes = quantity.parse_bytes(str(reservation))
+    except quantity.QuantityError as err:
+        raise SpecError(f"spec.vramReservation: {err}") from err
+    if reservation_bytes <= 0:
+        raise SpecError("spec.vramReservation must be positive")
+
+    engine = _engine(_mapping(spec.get("engine", {}), "spec.engine"))
+    gpu = _gpu(_mapping(spec.get("gpu", {}), "spec.gpu"), engine.preset)
+    if gpu.memory_bytes is not None and gpu.count > 0:
+        total = gpu.memory_bytes * gpu.count
+        if reservation_bytes > total:
+            raise SpecError(
+                f"spec.vramReservation {reservation} is larger than the pod's GPU memory "
+                f"({gpu.count} x {quantity.format_bytes(gpu.memory_bytes)}"
+                f"{' ' + gpu.product if gpu.product else ''})"
+            )
+    return EndpointSpec(
+        name=name,
+        namespace=str(meta.get("namespace") or "default"),
+        endpoint_id=endpoint_id,
+        model=model,
+        replicas=replicas,
+        vram_reservation=str(reservation),
+        vram_reservation_bytes=reservation_bytes,
+        engine=engine,
+        gpu=gpu,
+        routing=_routing(_mapping(spec.get("routing", {}), "spec.routing")),
+        pod=_pod(_mapping(spec.get("pod", {}), "spec.pod")),
+    )
+
+
+def _engine(raw: Mapping[str, Any]) -> EngineSpec:
+    preset = raw.get("preset", "vllm")
+    if preset not in PRESETS:
+        raise SpecError(f"spec.engine.preset {preset!r} is not one of {', '.join(PRESETS)}")
+    image = raw.get("image") or None
+    command = _strings(raw.get("command", []), "spec.engine.command")
+    if preset == "custom" and not image:
+        raise SpecError("spec.engine.preset custom needs spec.engine.image")
+    port = _int(raw.get("port", DEFAULT_PORT), "spec.engine.port", minimum=1)
+    if port > 65535:
+        raise SpecError("spec.engine.port must be at most 65535")
+    return EngineSpec(
+        preset=preset,
+        image=image,
+        command=command,
+        args=_strings(raw.get("args", []), "spec.engine.args"),
+        port=port,
+        health_path=str(raw.get("healthPath") or "/health"),
+    )
+
+
+def _gpu(raw: Mapping[str, Any], preset: str) -> GpuSpec:
+    count = _int(raw.get("count", 1), "spec.gpu.count", minimum=0)
+    if count == 0 and preset in ("vllm", "sglang"):
+        raise SpecError(f"spec.gpu.count must be at least 1 for the {preset} engine")
+    product = raw.get("product") or None
+    memory_bytes = None
+    if raw.get("memory") is not None:
+        try:
+            memory_bytes = quantity.parse_bytes(str(raw["memory"]))
+        except quantity.QuantityError as err:
+            raise SpecError(f"spec.gpu.memory: {err}") from err
+    elif product:
+        memory_bytes = gpus.memory_of(product)
+    selector = _mapping(raw.get("nodeSelector", {}), "spec.gpu.nodeSelector")
+    tolerations = raw.get("tolerations", [])
+    if not isinstance(tolerations, list) or not all(isinstance(t, Mapping) for t in tolerations):
+        raise SpecError("spec.gpu.tolerations must be a list of tolerations")
+    return GpuSpec(
+        count=count,
+        resource_name=str(raw.get("resourceName") or DEFAULT_GPU_RESOURCE),
+        product=product,
+        memory_bytes=memory_bytes,
+        node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+        tolerations=tuple(tolerations),
+    )
+
+
+def _routing(raw: Mapping[str, Any]) -> RoutingSpec:
+    key = raw.get("key", "prefix")
+    if key not in KEY_MODES:
+        raise SpecError(f"spec.routing.key {key!r} is not one of {', '.join(KEY_MODES)}")
+    load_factor = raw.get("loadFactor", DEFAULT_LOAD_FACTOR)
+    if isinstance(load_factor, bool) or not isinstance(load_factor, int | float):
+        raise SpecError("spec.routing.loadFactor must be a number")
+    if load_factor < 1.0:
+        raise SpecError("spec.routing.loadFactor must be at least 1.0")
+    return RoutingSpec(
+        key=key,
+        load_factor=float(load_factor),
+        virtual_nodes=_int(
+            raw.get("virtualNodes", DEFAULT_VIRTUAL_NODES), "spec.routing.virtualNodes", minimum=1
+        ),
+        session_header=str(raw.get("sessionHeader") or DEFAULT_SESSION_HEADER),
+    )
+
+
+def _pod(raw: Mapping[str, Any]) -> PodOverrides:
+    secrets = raw.get("imagePullSecrets", [])
+    return PodOverrides(
+        env=_mappings(raw.get("env", []), "spec.pod.env"),
+        resources=_mapping(raw.get("resources", {}), "spec.pod.resources"),
+        volumes=_mappings(raw.get("volumes", []), "spec.pod.volumes"),
+        volume_mounts=_mappings(raw.get("volumeMounts", []), "spec.pod.volumeMounts"),
+        service_account_name=raw.get("serviceAccountName") or None,
+        image_pull_secrets=tuple(
+            str(s["name"]) if isinstance(s, Mapping) else str(s) for s in secrets
+        ),
+        labels={str(k): str(v) for k, v in _mapping(raw.get("labels", {}), "labels").items()},
+        annotations={
+            str(k): str(v) for k, v in _mapping(raw.get("annotations", {}), "annotations").items()
+        },
+    )
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{where} must be an object")
+    return value
+
+
+def _mappings(value: Any, where: str) -> tuple[Mapping[str, Any], ...]:
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise SpecError(f"{where} must be a list of objects")
+    return tuple(value)
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError(f"{where} must be a list of strings")
+    return tuple(value)
+
+
+def _int(value: Any, where: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{where} must be a whole number")
+    if value < minimum:
+        raise SpecError(f"{where} must be at least {minimum}")
+    return value

@@ -1,0 +1,219 @@
+"""Pods and the StatefulSet -> the CachedEndpoint's status, and the Events its changes deserve.
+
+Pure. The operator's handlers feed this the objects they listed and write back what it
+returns; everything that decides a condition, a ring member or an Event reason is here, so it
+is tested with plain dicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from kvpin import api
+
+# Condition types and reasons, and Event reasons: the vocabulary users see in kubectl.
+READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
+REASON_ALL_READY = "AllReplicasReady"
+REASON_NOT_READY = "ReplicasNotReady"
+REASON_SCALED_TO_ZERO = "ScaledToZero"
+REASON_ROLLING = "RollingUpdate"
+REASON_SCALING = "Scaling"
+REASON_COMPLETE = "Complete"
+REASON_AS_EXPECTED = "AsExpected"
+REASON_INVALID_SPEC = "InvalidSpec"
+REASON_ENDPOINT_ID_CONFLICT = "EndpointIdConflict"
+REASON_CHILD_CONFLICT = "ChildNotOwned"
+EVENT_RING_CHANGED = "RingChanged"
+EVENT_SCALED = "Scaled"
+EVENT_ROLLOUT_STARTED = "RolloutStarted"
+EVENT_ROLLOUT_FINISHED = "RolloutFinished"
+EVENT_DEGRADED = "Degraded"
+EVENT_RECOVERED = "Recovered"
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """Why a CachedEndpoint cannot be reconciled: becomes `Degraded=True`."""
+
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post on the CachedEndpoint."""
+
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+def is_pod_ready(pod: Mapping[str, Any]) -> bool:
+    """Ready condition True, an IP assigned, and not on its way out."""
+    if pod.get("metadata", {}).get("deletionTimestamp"):
+        return False
+    status = pod.get("status") or {}
+    if not status.get("podIP"):
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def pod_port(pod: Mapping[str, Any], default: int) -> int:
+    """The engine port the pod itself declares (it may predate a port change)."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == "http" and port.get("containerPort"):
+                return int(port["containerPort"])
+    return default
+
+
+def compute_ring(pods: Iterable[Mapping[str, Any]], *, default_port: int) -> api.Ring:
+    """One member per Ready pod: its stable name and `ip:port`."""
+    return api.Ring.of(
+        api.RingMember(
+            name=pod["metadata"]["name"],
+            address=f"{pod['status']['podIP']}:{pod_port(pod, default_port)}",
+        )
+        for pod in pods
+        if is_pod_ready(pod)
+    )
+
+
+def compute_status(
+    *,
+    generation: int,
+    desired_replicas: int,
+    endpoint_id: str,
+    selector: str,
+    vram_reservation: str,
+    pods: Sequence[Mapping[str, Any]],
+    statefulset: Mapping[str, Any] | None,
+    default_port: int,
+    problem: Problem | None,
+    previous: Mapping[str, Any],
+    now: str,
+) -> dict[str, Any]:
+    """The whole `status` document; condition times kept from `previous` when unchanged.
+
+    With a problem, the ring keeps whatever Ready pods exist (they still serve), except for an
+    endpoint-id conflict, where publishing would let two objects claim one id in the router.
+    """
+    ring = compute_ring(pods, default_port=default_port)
+    if problem and problem.reason == REASON_ENDPOINT_ID_CONFLICT:
+        ring = api.Ring()
+    ready = len(ring.members)
+    conditions = [
+        _ready_condition(ready, desired_replicas),
+        _progressing_condition(statefulset, ready, desired_replicas, pods),
+        _degraded_condition(problem),
+    ]
+    old = {c.get("type"): c for c in previous.get("conditions") or []}
+    return {
+        "observedGeneration": generation,
+        "endpointId": endpoint_id,
+        "replicas": desired_replicas,
+        "readyReplicas": ready,
+        "selector": selector,
+        "vramReservation": vram_reservation,
+        "conditions": [_with_time(c, old.get(c["type"]), now, generation) for c in conditions],
+        "ring": ring.to_status(),
+    }
+
+
+def _ready_condition(ready: int, desired: int) -> dict[str, str]:
+    if desired == 0:
+        return _condition(READY, False, REASON_SCALED_TO_ZERO, "the endpoint has no replicas")
+    if ready >= desired:
+        return _condition(READY, True, REASON_ALL_READY, f"{ready}/{desired} replicas ready")
+    return _condition(READY, False, REASON_NOT_READY, f"{ready}/{desired} replicas ready")
+
+
+def _progressing_condition(
+    sts: Mapping[str, Any] | None,
+    ready: int,
+    desired: int,
+    pods: Sequence[Mapping[str, Any]],
+) -> dict[str, str]:
+    sts_status = (sts or {}).get("status") or {}
+    update, current = sts_status.get("updateRevision"), sts_status.get("currentRevision")
+    if sts is None:
+        return _condition(PROGRESSING, True, REASON_SCALING, "creating the StatefulSet")
+    if update and current and update != current:
+        updated = sts_status.get("updatedReplicas", 0)
+        return _condition(
+            PROGRESSING, True, REASON_ROLLING, f"{updated}/{desired} pods on the new revision"
+        )
+    if len(pods) != desired or ready != desired:
+        return _condition(
+            PROGRESSING, True, REASON_SCALING, f"{ready}/{desired} ready, {len(pods)} pods exist"
+        )
+    return _condition(PROGRESSING, False, REASON_COMPLETE, "the pool matches the spec")
+
+
+def _degraded_condition(problem: Problem | None) -> dict[str, str]:
+    if problem is None:
+        return _condition(DEGRADED, False, REASON_AS_EXPECTED, "reconciled")
+    return _condition(DEGRADED, True, problem.reason, problem.message)
+
+
+def _condition(kind: str, status: bool, reason: str, message: str) -> dict[str, str]:
+    return {
+        "type": kind,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message,
+    }
+
+
+def _with_time(
+    condition: dict[str, Any], old: Mapping[str, Any] | None, now: str, generation: int
+) -> dict[str, Any]:
+    same = old is not None and old.get("status") == condition["status"]
+    when = old.get("lastTransitionTime") if same and old else None
+    return {**condition, "observedGeneration": generation, "lastTransitionTime": when or now}
+
+
+def compute_events(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
+    """The Events that the step from `old` to `new` status deserves (none when equal)."""
+    events: list[Event] = []
+    old_ring, new_ring = old.get("ring") or {}, new.get("ring") or {}
+    if old_ring.get("version") != new_ring.get("version"):
+        names = ", ".join(m["name"] for m in new_ring.get("members", [])) or "none"
+        events.append(
+            Event(
+                "Normal",
+                EVENT_RING_CHANGED,
+                f"ring {new_ring.get('version')}: {new_ring.get('size', 0)} members ({names})",
+            )
+        )
+    if "replicas" in old and old.get("replicas") != new.get("replicas"):
+        events.append(
+            Event("Normal", EVENT_SCALED, f"replicas {old['replicas']} -> {new['replicas']}")
+        )
+    was, now = _find(old, PROGRESSING), _find(new, PROGRESSING)
+    rolling_before = was.get("reason") == REASON_ROLLING and was.get("status") == "True"
+    rolling_now = now.get("reason") == REASON_ROLLING and now.get("status") == "True"
+    if rolling_now and not rolling_before:
+        events.append(Event("Normal", EVENT_ROLLOUT_STARTED, now.get("message", "")))
+    if rolling_before and not rolling_now:
+        events.append(Event("Normal", EVENT_ROLLOUT_FINISHED, "all pods on the new revision"))
+    was, now = _find(old, DEGRADED), _find(new, DEGRADED)
+    if now.get("status") == "True" and (
+        was.get("status") != "True" or was.get("reason") != now.get("reason")
+    ):
+        events.append(Event("Warning", EVENT_DEGRADED, f"{now['reason']}: {now['message']}"))
+    if was.get("status") == "True" and now.get("status") != "True":
+        events.append(Event("Normal", EVENT_RECOVERED, "the endpoint reconciles again"))
+    return events
+
+
+def _find(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == kind:
+            return condition
+    return {}

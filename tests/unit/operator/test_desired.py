@@ -1,0 +1,142 @@
+from typing import Any
+
+from kvpin import api
+from kvpin.operator import desired, spec
+from tests import factories
+
+
+def render(**override: Any) -> tuple[dict, dict, dict | None]:
+    body = factories.endpoint(**override)
+    parsed = spec.parse(body)
+    return (
+        desired.build_statefulset(parsed, body, sim_image="kvpin:test"),
+        desired.build_service(parsed, body),
+        desired.build_pdb(parsed, body),
+    )
+
+
+def gpu_endpoint(**override: Any) -> dict[str, Any]:
+    return {
+        "engine": {"preset": "vllm"},
+        "gpu": {"count": 2, "product": "NVIDIA-A100-SXM4-80GB"},
+        "vramReservation": "40Gi",
+        **override,
+    }
+
+
+def test_children_are_owned_named_and_labelled() -> None:
+    sts, svc, pdb = render()
+    assert pdb is not None
+    for child in (sts, svc, pdb):
+        meta = child["metadata"]
+        assert meta["name"] == "ep-test"
+        assert meta["labels"][api.LABEL_ENDPOINT] == "ep-test"
+        (owner,) = meta["ownerReferences"]
+        assert owner == {
+            "apiVersion": "kvpin.dev/v1alpha1",
+            "kind": "CachedEndpoint",
+            "name": "ep-test",
+            "uid": "uid-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def test_statefulset_is_parallel_and_rolls_one_pod_at_a_time() -> None:
+    sts, svc, _ = render(replicas=3)
+    s = sts["spec"]
+    assert s["replicas"] == 3
+    assert s["podManagementPolicy"] == "Parallel"
+    assert s["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
+    assert s["serviceName"] == svc["metadata"]["name"]
+    assert s["selector"]["matchLabels"] == {api.LABEL_ENDPOINT: "ep-test"}
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == s["selector"]["matchLabels"]
+
+
+def test_gpu_pods_are_pinned_tolerated_limited_and_annotated() -> None:
+    sts, _, _ = render(**gpu_endpoint())
+    template = sts["spec"]["template"]
+    pod = template["spec"]
+    assert "nodeName" not in pod
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]},
+    ]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    (container,) = pod["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert template["metadata"]["annotations"][api.ANNOTATION_VRAM] == "40Gi"
+    assert template["metadata"]["annotations"][api.ANNOTATION_VRAM_BYTES] == str(40 * 2**30)
+    assert template["metadata"]["labels"][api.LABEL_ENDPOINT] == "ep-test"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+
+
+def test_pods_without_gpus_are_not_pinned_to_gpu_nodes() -> None:
+    sts, _, _ = render()
+    pod = sts["spec"]["template"]["spec"]
+    assert "affinity" not in pod
+    assert pod["tolerations"] == []
+    assert "nvidia.com/gpu" not in pod["containers"][0]["resources"].get("limits", {})
+
+
+def test_pod_overrides_reach_the_pod() -> None:
+    sts, _, _ = render(
+        **gpu_endpoint(
+            pod={
+                "env": [{"name": "HF_HOME", "value": "/models"}],
+                "resources": {"requests": {"cpu": "4"}, "limits": {"memory": "64Gi"}},
+                "volumes": [{"name": "models", "emptyDir": {}}],
+                "volumeMounts": [{"name": "models", "mountPath": "/models"}],
+                "serviceAccountName": "engine",
+                "imagePullSecrets": [{"name": "regcred"}],
+            },
+            gpu={
+                "count": 1,
+                "nodeSelector": {"pool": "a100"},
+                "tolerations": [{"key": "x", "operator": "Exists"}],
+            },
+        )
+    )
+    pod = sts["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {"name": "HF_HOME", "value": "/models"} in container["env"]
+    assert container["resources"] == {
+        "requests": {"cpu": "4"},
+        "limits": {"memory": "64Gi", "nvidia.com/gpu": 1},
+    }
+    assert container["volumeMounts"] == [{"name": "models", "mountPath": "/models"}]
+    assert pod["volumes"] == [{"name": "models", "emptyDir": {}}]
+    assert pod["serviceAccountName"] == "engine"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert {"key": "x", "operator": "Exists"} in pod["tolerations"]
+    expressions = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ][0]["matchExpressions"]
+    assert {"key": "pool", "operator": "In", "values": ["a100"]} in expressions
+
+
+def test_pdb_only_from_two_replicas() -> None:
+    assert render(replicas=1)[2] is None
+    _, _, pdb = render(replicas=2)
+    assert pdb is not None
+    assert pdb["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": {api.LABEL_ENDPOINT: "ep-test"}},
+    }
+
+
+def test_rendering_is_deterministic() -> None:
+    assert render(**gpu_endpoint()) == render(**gpu_endpoint())
+
+
+def test_a_spec_change_changes_the_pod_template() -> None:
+    before, _, _ = render(**gpu_endpoint())
+    after, _, _ = render(**gpu_endpoint(vramReservation="60Gi"))
+    assert before["spec"]["template"] != after["spec"]["template"]
+    scaled, _, _ = render(**gpu_endpoint(replicas=5))
+    assert scaled["spec"]["template"] == before["spec"]["template"]

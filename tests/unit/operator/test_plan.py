@@ -1,0 +1,48 @@
+from kvpin.operator import plan, status
+from tests import factories
+
+
+def build(body, others=()):
+    return plan.build_plan(body, others, sim_image="kvpin:test")
+
+
+def test_valid_endpoint_applies_statefulset_service_and_pdb() -> None:
+    todo = build(factories.endpoint(replicas=2))
+    assert [m["kind"] for m in todo.apply] == ["StatefulSet", "Service", "PodDisruptionBudget"]
+    assert todo.delete == ()
+    assert todo.problem is None
+
+
+def test_single_replica_deletes_the_pdb() -> None:
+    todo = build(factories.endpoint(replicas=1))
+    assert [m["kind"] for m in todo.apply] == ["StatefulSet", "Service"]
+    assert todo.delete == ("PodDisruptionBudget",)
+
+
+def test_invalid_spec_applies_nothing() -> None:
+    todo = build(factories.endpoint(replicas=-3))
+    assert todo.apply == ()
+    assert todo.problem is not None
+    assert todo.problem.reason == status.REASON_INVALID_SPEC
+
+
+def test_the_older_claim_on_an_endpoint_id_wins() -> None:
+    older = factories.endpoint("ep-a", uid="a", created="2026-01-01T00:00:00Z", endpointId="ep-x")
+    newer = factories.endpoint("ep-b", uid="b", created="2026-01-02T00:00:00Z", endpointId="ep-x")
+    assert build(older, [older, newer]).problem is None
+    loser = build(newer, [older, newer])
+    assert loser.apply == ()
+    assert loser.problem is not None
+    assert loser.problem.reason == status.REASON_ENDPOINT_ID_CONFLICT
+    assert "ep-a" in loser.problem.message
+
+
+def test_an_endpoint_id_defaults_to_the_name_when_claims_are_compared() -> None:
+    named = factories.endpoint("ep-x", uid="a", created="2026-01-01T00:00:00Z")
+    explicit = factories.endpoint(
+        "other", uid="b", created="2026-01-02T00:00:00Z", endpointId="ep-x"
+    )
+    assert build(explicit, [named, explicit]).problem is not None
+    deleting = factories.endpoint("ep-x", uid="a", created="2026-01-01T00:00:00Z")
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-03T00:00:00Z"
+    assert build(explicit, [deleting, explicit]).problem is None

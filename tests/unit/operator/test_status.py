@@ -1,0 +1,124 @@
+from kvpin import api
+from kvpin.operator import status
+from tests import factories
+
+NOW = "2026-01-01T00:00:10Z"
+
+
+def compute(pods, *, desired=2, sts=None, problem=None, previous=None, now=NOW):
+    return status.compute_status(
+        generation=3,
+        desired_replicas=desired,
+        endpoint_id="ep-test",
+        selector="kvpin.dev/endpoint=ep-test",
+        vram_reservation="1Gi",
+        pods=pods,
+        statefulset=sts if sts is not None else factories.statefulset(),
+        default_port=8000,
+        problem=problem,
+        previous=previous or {},
+        now=now,
+    )
+
+
+def conditions(st):
+    return {c["type"]: (c["status"], c["reason"]) for c in st["conditions"]}
+
+
+def test_ring_has_one_member_per_ready_pod() -> None:
+    pods = [
+        factories.pod("ep-test-0", ip="10.0.0.5"),
+        factories.pod("ep-test-1", ip="10.0.0.6", port=9000),
+        factories.pod("ep-test-2", ready=False),
+        factories.pod("ep-test-3", ip=None),
+        factories.pod("ep-test-4", deleting=True),
+    ]
+    st = compute(pods, desired=5)
+    assert st["ring"]["members"] == [
+        {"name": "ep-test-0", "address": "10.0.0.5:8000"},
+        {"name": "ep-test-1", "address": "10.0.0.6:9000"},
+    ]
+    assert st["ring"]["size"] == 2
+    assert st["readyReplicas"] == 2
+    assert conditions(st)["Ready"] == ("False", status.REASON_NOT_READY)
+    assert conditions(st)["Progressing"] == ("True", status.REASON_SCALING)
+
+
+def test_ring_version_changes_exactly_when_the_member_set_changes() -> None:
+    a = [factories.pod("ep-test-0", ip="10.0.0.5"), factories.pod("ep-test-1", ip="10.0.0.6")]
+    v1 = compute(a)["ring"]["version"]
+    assert compute(list(reversed(a)))["ring"]["version"] == v1  # order does not matter
+    assert (
+        compute([*a, factories.pod("ep-test-2", ready=False)], desired=3)["ring"]["version"] == v1
+    )
+    moved = [a[0], factories.pod("ep-test-1", ip="10.0.0.9")]  # restarted with a new IP
+    assert compute(moved)["ring"]["version"] != v1
+    assert compute(a[:1])["ring"]["version"] != v1
+
+
+def test_all_ready_and_settled() -> None:
+    pods = [factories.pod("ep-test-0"), factories.pod("ep-test-1", ip="10.0.0.2")]
+    st = compute(pods)
+    assert conditions(st) == {
+        "Ready": ("True", status.REASON_ALL_READY),
+        "Progressing": ("False", status.REASON_COMPLETE),
+        "Degraded": ("False", status.REASON_AS_EXPECTED),
+    }
+    assert st["observedGeneration"] == 3
+    assert st["selector"] == "kvpin.dev/endpoint=ep-test"
+
+
+def test_rolling_update_is_progressing() -> None:
+    pods = [factories.pod("ep-test-0"), factories.pod("ep-test-1", ip="10.0.0.2")]
+    st = compute(pods, sts=factories.statefulset(update="r2", current="r1", updated=1))
+    assert conditions(st)["Progressing"] == ("True", status.REASON_ROLLING)
+
+
+def test_scaled_to_zero_is_not_ready() -> None:
+    assert conditions(compute([], desired=0))["Ready"] == ("False", status.REASON_SCALED_TO_ZERO)
+
+
+def test_problem_sets_degraded_and_an_id_conflict_hides_the_ring() -> None:
+    pods = [factories.pod("ep-test-0"), factories.pod("ep-test-1", ip="10.0.0.2")]
+    bad = compute(pods, problem=status.Problem(status.REASON_CHILD_CONFLICT, "taken"))
+    assert conditions(bad)["Degraded"] == ("True", status.REASON_CHILD_CONFLICT)
+    assert bad["ring"]["size"] == 2  # the pods still serve
+    rival = compute(pods, problem=status.Problem(status.REASON_ENDPOINT_ID_CONFLICT, "x"))
+    assert rival["ring"] == api.Ring().to_status()
+
+
+def test_transition_times_are_kept_until_the_status_flips() -> None:
+    pods = [factories.pod("ep-test-0"), factories.pod("ep-test-1", ip="10.0.0.2")]
+    first = compute(pods, now="T1")
+    again = compute(pods, previous=first, now="T2")
+    assert [c["lastTransitionTime"] for c in again["conditions"]] == ["T1"] * 3
+    flipped = compute(pods[:1], previous=first, now="T3")
+    times = {c["type"]: c["lastTransitionTime"] for c in flipped["conditions"]}
+    assert times == {"Ready": "T3", "Progressing": "T3", "Degraded": "T1"}
+
+
+def test_events_for_transitions() -> None:
+    pods = [factories.pod("ep-test-0"), factories.pod("ep-test-1", ip="10.0.0.2")]
+    settled = compute(pods)
+    assert status.compute_events(settled, settled) == []
+    reasons = [e.reason for e in status.compute_events({}, settled)]
+    assert reasons == [status.EVENT_RING_CHANGED]
+    scaled = compute(
+        [*pods, factories.pod("ep-test-2", ip="10.0.0.3")], desired=3, previous=settled
+    )
+    assert [e.reason for e in status.compute_events(settled, scaled)] == [
+        status.EVENT_RING_CHANGED,
+        status.EVENT_SCALED,
+    ]
+    rolling = compute(pods, sts=factories.statefulset(update="r2"), previous=settled)
+    assert [e.reason for e in status.compute_events(settled, rolling)] == [
+        status.EVENT_ROLLOUT_STARTED
+    ]
+    assert [e.reason for e in status.compute_events(rolling, settled)] == [
+        status.EVENT_ROLLOUT_FINISHED
+    ]
+    degraded = compute(pods, problem=status.Problem(status.REASON_INVALID_SPEC, "bad"))
+    events = status.compute_events(settled, degraded)
+    assert [(e.type, e.reason) for e in events] == [("Warning", status.EVENT_DEGRADED)]
+    assert "InvalidSpec: bad" in events[0].message
+    assert [e.reason for e in status.compute_events(degraded, settled)] == [status.EVENT_RECOVERED]
