@@ -114,8 +114,11 @@ build() {
     local kwokdir
     kwokdir=$(cd "$src/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
     mkdir -p "$bindir/../kwok-stages"
-    cp "$kwokdir"/kustomize/stage/node/fast/*.yaml "$kwokdir"/kustomize/stage/pod/fast/*.yaml \
-      "$bindir/../kwok-stages/" 2>/dev/null || true
+    local stage
+    for stage in node/fast node/heartbeat-with-lease pod/fast; do
+      cp "$kwokdir/kustomize/stage/$stage"/*.yaml "$bindir/../kwok-stages/"
+    done
+    rm -f "$bindir/../kwok-stages/kustomization.yaml"
     log "built kwok in $((SECONDS - t0))s"
   fi
   log "control plane binaries ready in $((SECONDS - start))s: $bindir"
@@ -127,7 +130,8 @@ case "${1:-}" in
   bindir) complete && echo "$bindir" ;;
   up)
     complete || build >/dev/null
-    exec "${PYTHON:-python3}" -P -m tests.controlplane.cluster --bindir "$bindir"
+    python=${PYTHON:-$(cd "$here/.." && [ -x .venv/bin/python ] && echo "$PWD/.venv/bin/python" || echo python3)}
+    exec "$python" "$here/../tests/controlplane/cluster.py" --bindir "$bindir"
     ;;
   *) sed -n '2,13p' "$0" >&2; exit 2 ;;
 esac

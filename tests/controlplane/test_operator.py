@@ -1,0 +1,251 @@
+"""The real `kvpin operator` process against a real API server, scheduler, controller manager
+and KWOK: children, scheduling on GPU nodes, status.ring, scaling, rollout, deletion, and the
+Degraded cases."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from kvpin import api
+from tests.controlplane import cluster, operators
+from tests.controlplane.kube import Kube, wait_for
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.usefixtures("operator_process")]
+
+
+def endpoint(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "model": "meta-llama/Llama-3.1-8B-Instruct",
+            "replicas": 2,
+            "vramReservation": "40Gi",
+            "engine": {"preset": "vllm"},
+            "gpu": {"count": 1, "product": cluster.GPU_PRODUCT},
+            **spec,
+        },
+    }
+
+
+def ring_names(client: Kube, ns: str, name: str) -> list[str]:
+    ring = (client.endpoint(ns, name).get("status") or {}).get("ring") or {}
+    return [m["name"] for m in ring.get("members", [])]
+
+
+def wait_ring(client: Kube, ns: str, name: str, expected: list[str], timeout: float = 30) -> None:
+    wait_for(
+        f"status.ring of {name} == {expected}",
+        lambda: ring_names(client, ns, name) == expected,
+        timeout,
+    )
+
+
+def test_endpoint_becomes_a_pinned_pool_with_a_ring(client: Kube, namespace: str) -> None:
+    started = time.monotonic()
+    client.create_endpoint(namespace, endpoint("ep-a"))
+    wait_for("the StatefulSet", lambda: client.statefulset(namespace, "ep-a"))
+    created_in = time.monotonic() - started
+    assert client.exists("Service", namespace, "ep-a")
+    assert client.exists("PodDisruptionBudget", namespace, "ep-a")
+    wait_ring(client, namespace, "ep-a", ["ep-a-0", "ep-a-1"])
+    print(f"\nCR applied -> StatefulSet exists: {created_in:.2f}s", file=sys.stderr)
+
+    cep = client.endpoint(namespace, "ep-a")
+    pods = client.pods(namespace, "ep-a")
+    by_name = {p["metadata"]["name"]: p for p in pods}
+    for member in cep["status"]["ring"]["members"]:
+        pod = by_name[member["name"]]
+        assert member["address"] == f"{pod['status']['podIP']}:8000"
+        assert pod["status"]["podIP"].startswith("127.1.")
+        assert pod["spec"]["nodeName"].startswith("gpu-node-")  # scheduled on GPU nodes only
+        assert pod["metadata"]["annotations"][api.ANNOTATION_VRAM] == "40Gi"
+        assert pod["metadata"]["annotations"][api.ANNOTATION_VRAM_BYTES] == str(40 * 2**30)
+    status = cep["status"]
+    assert status["readyReplicas"] == 2
+    assert status["observedGeneration"] == cep["metadata"]["generation"]
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions == {"Ready": "True", "Progressing": "False", "Degraded": "False"}
+    reasons = {e["reason"] for e in client.events(namespace, "ep-a")}
+    assert "RingChanged" in reasons
+
+
+def test_pods_without_room_on_gpu_nodes_stay_pending(client: Kube, namespace: str) -> None:
+    # 2 GPU nodes x 8 GPUs: a pod asking for 16 fits nowhere, and never lands on the CPU node.
+    client.create_endpoint(namespace, endpoint("ep-big", replicas=1, gpu={"count": 16}))
+    pod = wait_for("the pod", lambda: client.pods(namespace, "ep-big"))[0]
+    time.sleep(2)
+    pod = client.pods(namespace, "ep-big")[0]
+    assert not pod["spec"].get("nodeName")
+    assert ring_names(client, namespace, "ep-big") == []
+    assert client.condition(namespace, "ep-big", "Ready")["status"] == "False"
+
+
+def test_scaling_adds_and_removes_the_highest_ordinals(
+    control_plane: cluster.ControlPlane, client: Kube, namespace: str
+) -> None:
+    client.create_endpoint(namespace, endpoint("ep-s", replicas=1))
+    wait_ring(client, namespace, "ep-s", ["ep-s-0"])
+    assert not client.exists("PodDisruptionBudget", namespace, "ep-s")
+    control_plane.kubectl("scale", "-n", namespace, "cep/ep-s", "--replicas=3")
+    wait_ring(client, namespace, "ep-s", ["ep-s-0", "ep-s-1", "ep-s-2"])
+    wait_for("the PDB", lambda: client.exists("PodDisruptionBudget", namespace, "ep-s"))
+    control_plane.kubectl("scale", "-n", namespace, "cep/ep-s", "--replicas=1")
+    wait_ring(client, namespace, "ep-s", ["ep-s-0"])
+    wait_for("the PDB gone", lambda: not client.exists("PodDisruptionBudget", namespace, "ep-s"))
+    reasons = {e["reason"] for e in client.events(namespace, "ep-s")}
+    assert "Scaled" in reasons
+
+
+def test_a_deleted_pod_comes_back_under_its_name(client: Kube, namespace: str) -> None:
+    client.create_endpoint(namespace, endpoint("ep-d"))
+    wait_ring(client, namespace, "ep-d", ["ep-d-0", "ep-d-1"])
+    client.core.delete_namespaced_pod("ep-d-1", namespace, grace_period_seconds=0)
+    wait_ring(client, namespace, "ep-d", ["ep-d-0"], timeout=15)
+    wait_ring(client, namespace, "ep-d", ["ep-d-0", "ep-d-1"])
+
+
+def test_a_spec_change_rolls_the_pool(client: Kube, namespace: str) -> None:
+    client.create_endpoint(namespace, endpoint("ep-r"))
+    wait_ring(client, namespace, "ep-r", ["ep-r-0", "ep-r-1"])
+    client.patch_endpoint(namespace, "ep-r", {"spec": {"vramReservation": "60Gi"}})
+
+    def rolled() -> bool:
+        pods = client.pods(namespace, "ep-r")
+        return len(pods) == 2 and all(
+            p["metadata"]["annotations"][api.ANNOTATION_VRAM] == "60Gi"
+            and any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p["status"].get("conditions", [])
+            )
+            for p in pods
+        )
+
+    wait_for("both pods on the new reservation", rolled, timeout=60)
+    wait_ring(client, namespace, "ep-r", ["ep-r-0", "ep-r-1"])
+    wait_for(
+        "Progressing=False",
+        lambda: client.condition(namespace, "ep-r", "Progressing").get("status") == "False",
+    )
+    args = client.statefulset(namespace, "ep-r")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert args[args.index("--kv-cache-memory-bytes") + 1] == str(60 * 2**30)
+
+
+def test_deleting_the_endpoint_collects_its_children(client: Kube, namespace: str) -> None:
+    client.create_endpoint(namespace, endpoint("ep-x"))
+    wait_ring(client, namespace, "ep-x", ["ep-x-0", "ep-x-1"])
+    client.delete_endpoint(namespace, "ep-x")
+    for kind in ("StatefulSet", "Service", "PodDisruptionBudget"):
+        wait_for(f"{kind} collected", lambda kind=kind: not client.exists(kind, namespace, "ep-x"))
+    wait_for("pods gone", lambda: not client.pods(namespace, "ep-x"))
+
+
+def test_two_claims_on_one_endpoint_id(client: Kube, namespace: str) -> None:
+    client.create_endpoint(namespace, endpoint("ep-first", replicas=1, endpointId="ep-shared"))
+    wait_ring(client, namespace, "ep-first", ["ep-first-0"])
+    client.create_endpoint(namespace, endpoint("ep-second", replicas=1, endpointId="ep-shared"))
+    degraded = wait_for(
+        "ep-second Degraded",
+        lambda: (
+            (c := client.condition(namespace, "ep-second", "Degraded")).get("status") == "True"
+            and c
+        ),
+    )
+    assert degraded["reason"] == "EndpointIdConflict"
+    assert "ep-first" in degraded["message"]
+    assert client.statefulset(namespace, "ep-second") is None  # touches nothing
+    assert ring_names(client, namespace, "ep-first") == ["ep-first-0"]
+    assert any(e["reason"] == "Degraded" and e["type"] == "Warning"
+               for e in client.events(namespace, "ep-second"))  # fmt: skip
+
+
+def test_a_child_name_taken_by_a_stranger(client: Kube, namespace: str) -> None:
+    client.core.create_namespaced_service(
+        namespace,
+        {
+            "metadata": {"name": "ep-taken"},
+            "spec": {"ports": [{"port": 80}], "selector": {"app": "other"}},
+        },
+    )
+    client.create_endpoint(namespace, endpoint("ep-taken", replicas=1))
+    degraded = wait_for(
+        "Degraded ChildNotOwned",
+        lambda: (
+            (c := client.condition(namespace, "ep-taken", "Degraded")).get("status") == "True" and c
+        ),
+    )
+    assert degraded["reason"] == "ChildNotOwned"
+    svc = client.core.read_namespaced_service("ep-taken", namespace)
+    assert svc.spec.selector == {"app": "other"}  # untouched
+    assert not svc.metadata.owner_references
+
+
+def test_a_reservation_larger_than_the_gpu_is_degraded(client: Kube, namespace: str) -> None:
+    client.create_endpoint(namespace, endpoint("ep-huge", vramReservation="100Gi"))
+    degraded = wait_for(
+        "Degraded InvalidSpec",
+        lambda: (
+            (c := client.condition(namespace, "ep-huge", "Degraded")).get("status") == "True" and c
+        ),
+    )
+    assert degraded["reason"] == "InvalidSpec"
+    assert "larger than the pod's GPU memory" in degraded["message"]
+    assert client.statefulset(namespace, "ep-huge") is None
+
+
+def test_readiness_reaches_the_ring_quickly(
+    control_plane: cluster.ControlPlane, client: Kube, namespace: str
+) -> None:
+    """Measure pod Ready -> status.ring: the operator reacts to pod events, not a slow poll."""
+    client.create_endpoint(namespace, endpoint("ep-t", replicas=1))
+    wait_ring(client, namespace, "ep-t", ["ep-t-0"])
+    samples = []
+    for replicas in (2, 3):
+        control_plane.kubectl("scale", "-n", namespace, "cep/ep-t", f"--replicas={replicas}")
+        newest = f"ep-t-{replicas - 1}"
+
+        def ready_at(newest: str = newest) -> float | None:
+            for pod in client.pods(namespace, "ep-t"):
+                if pod["metadata"]["name"] == newest:
+                    for c in pod["status"].get("conditions", []):
+                        if c["type"] == "Ready" and c["status"] == "True":
+                            return time.time()
+            return None
+
+        wait_for(f"{newest} Ready", ready_at)
+        seen = time.time()
+        wait_for(
+            f"{newest} in ring",
+            lambda newest=newest: newest in ring_names(client, namespace, "ep-t"),
+        )
+        samples.append(time.time() - seen)
+    print(f"\npod Ready (observed) -> status.ring: {', '.join(f'{s:.2f}s' for s in samples)}",
+          file=sys.stderr)  # fmt: skip
+    assert max(samples) < 5  # a resync every 5 s would also get there; events get there first
+
+
+def test_a_fresh_operator_process_converges_without_changes(
+    control_plane: cluster.ControlPlane, client: Kube, namespace: str
+) -> None:
+    """Resume is the same reconcile as create: a second process (as after a restart) finds
+    the pool already converged and changes nothing."""
+    client.create_endpoint(namespace, endpoint("ep-resume", replicas=1))
+    wait_ring(client, namespace, "ep-resume", ["ep-resume-0"])
+    before = client.statefulset(namespace, "ep-resume")
+    ring_before = client.endpoint(namespace, "ep-resume")["status"]["ring"]
+    second = operators.spawn(control_plane, "-n", namespace)
+    try:
+        time.sleep(3)
+        after = client.statefulset(namespace, "ep-resume")
+        assert after["metadata"]["generation"] == before["metadata"]["generation"]
+        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+        assert client.endpoint(namespace, "ep-resume")["status"]["ring"] == ring_before
+    finally:
+        operators.stop(second)
