@@ -63,6 +63,104 @@ def _run_operator(args: argparse.Namespace) -> None:
     running.run(config)
 
 
+def _sim_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from kvpin.sim import config
+
+    parser = sub.add_parser(
+        "sim",
+        help="a GPU-free OpenAI-compatible engine with a real prefix KV cache",
+        description="Serve an OpenAI-compatible engine that simulates vLLM's prefix caching, "
+        "continuous batching and timing, without a GPU.",
+    )
+    add = parser.add_argument
+    add("--host", default="127.0.0.1")
+    add("--port", type=int, default=8000)
+    add("--model", default="sim-8b", help="model name (and block-hash salt)")
+    add(
+        "--served-model-name",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="names accepted as `model` (default: --model)",
+    )
+    add("--adapter", default="", help="adapter name, salted into block hashes")
+    cache = parser.add_argument_group("prefix cache")
+    cache.add_argument("--block-size", type=int, default=16, help="tokens per block")
+    cache.add_argument("--kv-cache-bytes", type=int, help="cache size in bytes (with the profile)")
+    cache.add_argument("--kv-cache-blocks", type=int, help="cache size in blocks (overrides bytes)")
+    cache.add_argument(
+        "--model-profile",
+        choices=sorted(config.PROFILES),
+        default=config.DEFAULT_PROFILE,
+        help="KV bytes per token come from this",
+    )
+    cache.add_argument("--max-model-len", type=int, default=131_072, help="context length")
+    cache.add_argument("--tokenizer", help="a Hugging Face tokenizer.json instead of words")
+    timing = parser.add_argument_group("timing")
+    timing.add_argument("--prefill-tps", type=float, default=10_000.0, help="prefill tokens/s")
+    timing.add_argument("--decode-tps", type=float, default=50.0, help="decode tokens/s/sequence")
+    timing.add_argument("--step-overhead-ms", type=float, default=2.0, help="per scheduler step")
+    timing.add_argument("--max-batch-tokens", type=int, default=8192, help="token budget per step")
+    timing.add_argument("--max-running", type=int, default=64, help="sequences batched at once")
+    timing.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="multiplies every duration: 0.01 is 100x faster, 0 no latency",
+    )
+    faults = parser.add_argument_group("faults (for tests)")
+    faults.add_argument("--startup-delay", type=float, default=0.0, help="seconds of 503 /health")
+    faults.add_argument("--error-rate", type=float, default=0.0, help="fraction answered 500")
+    faults.add_argument(
+        "--drop-rate", type=float, default=0.0, help="fraction of dropped connections"
+    )
+    faults.add_argument("--stall-rate", type=float, default=0.0, help="fraction of stalled streams")
+    faults.add_argument("--stall-seconds", type=float, default=3600.0, help="length of a stall")
+    faults.add_argument("--seed", type=int, default=0, help="seed of the fault dice")
+    add("--max-body-bytes", type=int, default=32 * 2**20, help="larger bodies get 413")
+    _add_logging(parser)
+    parser.set_defaults(run=_run_sim)
+
+
+def _run_sim(args: argparse.Namespace) -> None:
+    from kvpin.sim import config, engine, server
+
+    profile = config.PROFILES[args.model_profile]
+    if args.kv_cache_blocks is not None:
+        blocks = args.kv_cache_blocks
+    elif args.kv_cache_bytes is not None:
+        blocks = config.capacity_blocks(args.kv_cache_bytes, profile, args.block_size)
+    else:
+        blocks = config.SimConfig.capacity_blocks
+    sim_config = config.SimConfig(
+        model=args.model,
+        served_model_names=tuple(args.served_model_name),
+        adapter=args.adapter,
+        block_size=args.block_size,
+        capacity_blocks=blocks,
+        max_model_len=args.max_model_len,
+        max_body_bytes=args.max_body_bytes,
+        tokenizer=args.tokenizer,
+        timing=engine.Timing(
+            prefill_tokens_per_s=args.prefill_tps,
+            decode_tokens_per_s=args.decode_tps,
+            step_overhead_s=args.step_overhead_ms / 1000,
+            max_batch_tokens=args.max_batch_tokens,
+            max_running=args.max_running,
+            time_scale=args.time_scale,
+        ),
+        faults=config.Faults(
+            startup_delay_s=args.startup_delay,
+            error_rate=args.error_rate,
+            drop_rate=args.drop_rate,
+            stall_rate=args.stall_rate,
+            stall_s=args.stall_seconds,
+            seed=args.seed,
+        ),
+    )
+    server.run(sim_config, host=args.host, port=args.port)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line, one subparser per subcommand."""
     parser = argparse.ArgumentParser(
@@ -71,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kvpin {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _operator_parser(sub)
+    _sim_parser(sub)
     return parser
 
 

@@ -302,9 +302,12 @@ class ControlPlane:
         deadline = time.monotonic() + timeout
         while True:
             self._check_alive()
-            with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(
-                self.server + "/readyz", context=self._ssl(), timeout=2
-            ) as r:
+            with (
+                contextlib.suppress(OSError, ValueError),
+                urllib.request.urlopen(
+                    self.server + "/readyz", context=self._ssl(), timeout=2
+                ) as r,
+            ):
                 if r.status == 200:
                     return
             if time.monotonic() > deadline:

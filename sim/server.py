@@ -1,0 +1,244 @@
+"""The simulator's HTTP server: OpenAI-compatible endpoints over the simulated engine.
+
+I/O at the edge: aiohttp handlers parse with `protocol`, generate with `engine`, and stream
+with backpressure (each `write` drains). Routes: POST /v1/chat/completions, /v1/completions,
+/reset_prefix_cache (vLLM's name for a cache flush); GET /v1/models, /health, /metrics.
+Prompt contents are never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from typing import Any
+
+import prometheus_client
+from aiohttp import web
+
+from kvpin import logs
+from kvpin.sim import cache as caching
+from kvpin.sim import protocol, tokens
+from kvpin.sim.config import SimConfig
+from kvpin.sim.engine import Engine
+from kvpin.sim.metrics import SimMetrics, build_metrics
+
+log = logging.getLogger(logs.SIM)
+
+
+class Simulator:
+    """One simulated engine: its cache, scheduler, metrics and fault dice."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.cache = caching.PrefixCache(config.capacity_blocks, block_size=config.block_size)
+        self.engine = Engine(self.cache, config.timing)
+        self.encode = (
+            tokens.load_tokenizer(config.tokenizer) if config.tokenizer else tokens.tokenize
+        )
+        self.metrics: SimMetrics = build_metrics(
+            config.names[0],
+            usage=lambda: self.cache.usage,
+            running=lambda: self.engine.num_running,
+            waiting=lambda: self.engine.num_waiting,
+        )
+        self.started = time.monotonic()
+        self.dice = random.Random(config.faults.seed)
+
+    def roll(self, rate: float) -> bool:
+        """True with probability `rate` (deterministic for a seed)."""
+        return rate > 0 and self.dice.random() < rate
+
+
+SIMULATOR = web.AppKey("simulator", Simulator)
+
+
+def _error(err: protocol.ProtocolError) -> web.Response:
+    return web.json_response(err.to_body(), status=err.status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every refusal as an OpenAI-style JSON error, including aiohttp's own 404/405/413."""
+    try:
+        return await handler(request)
+    except protocol.ProtocolError as err:
+        return _error(err)
+    except web.HTTPRequestEntityTooLarge as err:
+        return _error(protocol.ProtocolError(413, f"request body too large: {err.text}"))
+    except web.HTTPException as err:
+        if err.status < 400:
+            raise
+        return _error(protocol.ProtocolError(err.status, err.reason, type="invalid_request_error"))
+
+
+async def _body(request: web.Request) -> Any:
+    raw = await request.read()
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise protocol.ProtocolError(400, f"the request body is not valid JSON: {err}") from err
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _complete(request, "chat")
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _complete(request, "text")
+
+
+async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
+    sim = request.app[SIMULATOR]
+    config = sim.config
+    parsed = protocol.parse(
+        kind, await _body(request), served=config.names, max_model_len=config.max_model_len,
+        encode=sim.encode,
+    )  # fmt: skip
+    if sim.roll(config.faults.error_rate):
+        raise protocol.ProtocolError(500, "simulated engine error", type="server_error")
+    drop = sim.roll(config.faults.drop_rate)
+    hashes = caching.block_hashes(parsed.prompt, block_size=config.block_size, salt=config.salt)
+    ids = protocol.Ids.new(kind, config.names[0])
+    started = time.monotonic()
+    generated = sim.engine.generate(hashes, len(parsed.prompt), parsed.max_tokens)
+    try:
+        cached = await anext(generated)
+        sim.metrics.queries.labels(config.names[0]).inc(len(parsed.prompt))
+        sim.metrics.hits.labels(config.names[0]).inc(cached)
+        sim.metrics.prompt_tokens.labels(config.names[0]).inc(len(parsed.prompt))
+        if parsed.stream:
+            return await _stream(
+                request, sim, parsed=parsed, ids=ids, generated=generated, cached=cached,
+                started=started, drop=drop,
+            )  # fmt: skip
+        text = []
+        async for index in generated:
+            if not text:
+                sim.metrics.ttft.labels(config.names[0]).observe(time.monotonic() - started)
+            text.append(protocol.token_text(len(parsed.prompt), index))
+        if drop:
+            _drop(request)
+        _finished(sim, len(text))
+        return web.json_response(protocol.completion(parsed, ids, "".join(text), len(text), cached))
+    finally:
+        await generated.aclose()
+
+
+async def _stream(
+    request: web.Request,
+    sim: Simulator,
+    *,
+    parsed: protocol.Request,
+    ids: protocol.Ids,
+    generated: Any,
+    cached: int,
+    started: float,
+    drop: bool,
+) -> web.StreamResponse:
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    stall = sim.roll(sim.config.faults.stall_rate)
+    count = 0
+    async for index in generated:
+        if count == 0:
+            sim.metrics.ttft.labels(sim.config.names[0]).observe(time.monotonic() - started)
+        text = protocol.token_text(len(parsed.prompt), index)
+        await _send(response, protocol.chunk(parsed, ids, text, first=count == 0))
+        count += 1
+        if drop and count >= 2:
+            _drop(request)
+            return response
+        if stall and count == 1:
+            await asyncio.sleep(sim.config.faults.stall_s)
+    await _send(response, protocol.chunk(parsed, ids, None, finish="length"))
+    if parsed.include_usage:
+        await _send(response, protocol.usage_chunk(parsed, ids, count, cached))
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    _finished(sim, count)
+    return response
+
+
+async def _send(response: web.StreamResponse, document: dict[str, Any]) -> None:
+    await response.write(b"data: " + json.dumps(document).encode() + b"\n\n")
+
+
+def _drop(request: web.Request) -> None:
+    """Cut the connection without a proper end, as a crashing engine would."""
+    if request.transport is not None:
+        request.transport.abort()
+    raise asyncio.CancelledError
+
+
+def _finished(sim: Simulator, completion_tokens: int) -> None:
+    name = sim.config.names[0]
+    sim.metrics.generation_tokens.labels(name).inc(completion_tokens)
+    sim.metrics.requests.labels(name, "length").inc()
+
+
+async def models(request: web.Request) -> web.Response:
+    sim = request.app[SIMULATOR]
+    created = int(sim.started)
+    data = [
+        {"id": name, "object": "model", "created": created, "owned_by": "kvpin-sim",
+         "root": sim.config.model, "max_model_len": sim.config.max_model_len}
+        for name in sim.config.names
+    ]  # fmt: skip
+    return web.json_response({"object": "list", "data": data})
+
+
+async def health(request: web.Request) -> web.Response:
+    sim = request.app[SIMULATOR]
+    if time.monotonic() - sim.started < sim.config.faults.startup_delay_s:
+        return web.Response(status=503, text="starting")
+    return web.Response(text="ok")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    registry = request.app[SIMULATOR].metrics.registry
+    return web.Response(
+        body=prometheus_client.generate_latest(registry),
+        headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST},
+    )
+
+
+async def reset_prefix_cache(request: web.Request) -> web.Response:
+    dropped = request.app[SIMULATOR].cache.flush()
+    log.info("prefix cache flushed: %d blocks dropped", dropped)
+    return web.json_response({"dropped_blocks": dropped})
+
+
+def make_app(config: SimConfig) -> web.Application:
+    """The simulator as an aiohttp application."""
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[_errors])
+    sim = Simulator(config)
+    app[SIMULATOR] = sim
+
+    async def close_engine(_: web.Application) -> None:
+        await sim.engine.close()
+
+    app.on_cleanup.append(close_engine)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+def run(config: SimConfig, *, host: str, port: int) -> None:
+    """Serve until interrupted."""
+    log.info(
+        "kvpin sim serving %s on %s:%d: %d cache blocks of %d tokens",
+        ", ".join(config.names), host, port, config.capacity_blocks, config.block_size,
+    )  # fmt: skip
+    web.run_app(
+        make_app(config), host=host, port=port, print=None, handler_cancellation=True,
+        access_log=None,
+    )  # fmt: skip
