@@ -18,7 +18,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/controlplane.env"
 
 cache=${KVPIN_CACHE:-$HOME/.cache/kvpin}
-bindir="$cache/controlplane/k8s-$KUBERNETES_VERSION-kwok-$KWOK_VERSION/bin"
+root="$cache/controlplane/k8s-$KUBERNETES_VERSION-kwok-$KWOK_VERSION"
+bindir="$root/bin"
+stages="$root/kwok-stages"  # KWOK's default Stage documents, from its module
 binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok)
 
 log() { printf '[controlplane] %s\n' "$*" >&2; }
@@ -26,6 +28,7 @@ log() { printf '[controlplane] %s\n' "$*" >&2; }
 complete() {
   local b
   for b in "${binaries[@]}"; do [ -x "$bindir/$b" ] || return 1; done
+  [ -f "$stages/.complete" ]
 }
 
 # Write a wrapper module that requires k8s.io/kubernetes and pins every staging module
@@ -110,16 +113,18 @@ build() {
     kwok_module "$src/kwok"
     (cd "$src/kwok" && go build -trimpath -ldflags "-s -w" -o "$bindir/kwok.tmp" sigs.k8s.io/kwok/cmd/kwok)
     mv "$bindir/kwok.tmp" "$bindir/kwok"
-    # The default stages ship inside the module; keep a copy beside the binary.
-    local kwokdir
-    kwokdir=$(cd "$src/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
-    mkdir -p "$bindir/../kwok-stages"
-    local stage
-    for stage in node/fast node/heartbeat-with-lease pod/fast; do
-      cp "$kwokdir/kustomize/stage/$stage"/*.yaml "$bindir/../kwok-stages/"
-    done
-    rm -f "$bindir/../kwok-stages/kustomization.yaml"
     log "built kwok in $((SECONDS - t0))s"
+  fi
+  if [ ! -f "$stages/.complete" ]; then
+    [ -f "$src/kwok/go.mod" ] || kwok_module "$src/kwok"
+    local kwokdir stage
+    kwokdir=$(cd "$src/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+    rm -rf "$stages" && mkdir -p "$stages"
+    for stage in node/fast node/heartbeat-with-lease pod/fast; do
+      cp "$kwokdir/kustomize/stage/$stage"/*.yaml "$stages/"
+    done
+    rm -f "$stages/kustomization.yaml"
+    touch "$stages/.complete"
   fi
   log "control plane binaries ready in $((SECONDS - start))s: $bindir"
   echo "$bindir"

@@ -161,6 +161,23 @@ def _run_sim(args: argparse.Namespace) -> None:
     server.run(sim_config, host=args.host, port=args.port)
 
 
+def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("bench", help="benchmarks that print a table")
+    modes = parser.add_subparsers(dest="mode", required=True, metavar="MODE")
+    sim = modes.add_parser("sim", help="requests per second of one `kvpin sim` on one core")
+    sim.add_argument("--duration", type=float, default=10.0, help="seconds per measurement")
+    sim.add_argument("--connections", type=int, default=32, help="concurrent connections")
+    _add_logging(sim)
+    sim.set_defaults(run=_run_bench_sim)
+
+
+def _run_bench_sim(args: argparse.Namespace) -> None:
+    from kvpin.bench import sim_throughput
+
+    config = sim_throughput.SimBenchConfig(duration_s=args.duration, connections=args.connections)
+    print(sim_throughput.run(config))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line, one subparser per subcommand."""
     parser = argparse.ArgumentParser(
@@ -170,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _operator_parser(sub)
     _sim_parser(sub)
+    _bench_parser(sub)
     return parser
 
 

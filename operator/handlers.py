@@ -28,6 +28,7 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config: settings_module.OperatorConfig = memo.config
     settings_module.apply_kopf_settings(settings, config)
     memo.cluster = cluster.Cluster(_api_client())
+    memo.locks = reconciling.StatusLocks()
     if config.metrics_port:
         prometheus_client.start_http_server(config.metrics_port, addr=config.liveness_host)
 
@@ -41,13 +42,17 @@ def reconcile_endpoint(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Create, update, resume and resync: converge the children, then the status."""
     started = time.monotonic()
     try:
-        outcome = reconciling.reconcile(body, cluster=memo.cluster, config=memo.config)
+        outcome = reconciling.reconcile(
+            body, cluster=memo.cluster, config=memo.config, locks=memo.locks
+        )
     except cluster.ClusterError as err:
         metrics.ERRORS.inc()
         metrics.RECONCILES.labels("error").inc()
         raise kopf.TemporaryError(str(err), delay=RETRY_DELAY_SECONDS) from err
     finally:
         metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+    if outcome is None:
+        return  # deleted while reconciling
     _post(outcome)
     metrics.RECONCILES.labels("degraded" if outcome.problem else "ok").inc()
     if outcome.problem and outcome.problem.reason == status.REASON_INVALID_SPEC:
@@ -65,6 +70,7 @@ def refresh_endpoint(
             labels[api.LABEL_ENDPOINT],
             cluster=memo.cluster,
             config=memo.config,
+            locks=memo.locks,
             trigger="child",
         )
     except cluster.ClusterError as err:

@@ -8,8 +8,10 @@ what makes a pod's readiness reach `status.ring` quickly.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,9 +30,30 @@ class Outcome:
     problem: status.Problem | None
 
 
+class StatusLocks:
+    """One lock per CachedEndpoint, so a pod event and a reconcile of the same endpoint (run
+    by kopf in parallel threads) write its status one after the other, each from the status the
+    other left, and the Events of one transition are posted once."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: collections.defaultdict[tuple[str, str], threading.Lock] = (
+            collections.defaultdict(threading.Lock)
+        )
+
+    def of(self, namespace: str, name: str) -> threading.Lock:
+        """The lock of one endpoint."""
+        with self._guard:
+            return self._locks[namespace, name]
+
+
 def reconcile(
-    body: Mapping[str, Any], *, cluster: clusters.Cluster, config: OperatorConfig
-) -> Outcome:
+    body: Mapping[str, Any],
+    *,
+    cluster: clusters.Cluster,
+    config: OperatorConfig,
+    locks: StatusLocks,
+) -> Outcome | None:
     """Converge the children on the spec, then write the status."""
     meta = body["metadata"]
     others = cluster.list_endpoints(meta["namespace"])
@@ -43,20 +66,31 @@ def reconcile(
             cluster.delete_child(kind, meta["namespace"], meta["name"], owner_uid=meta["uid"])
     except clusters.ChildConflictError as err:
         problem = status.Problem(status.REASON_CHILD_CONFLICT, str(err))
-    return _write_status(body, todo, problem, cluster=cluster, trigger="reconcile")
+    with locks.of(meta["namespace"], meta["name"]):
+        fresh = cluster.read_endpoint(meta["namespace"], meta["name"])
+        if fresh is None or fresh["metadata"].get("uid") != meta["uid"]:
+            return None  # deleted (or replaced) meanwhile
+        return _write_status(fresh, todo, problem, cluster=cluster, trigger="reconcile")
 
 
 def refresh(
-    namespace: str, name: str, *, cluster: clusters.Cluster, config: OperatorConfig, trigger: str
+    namespace: str,
+    name: str,
+    *,
+    cluster: clusters.Cluster,
+    config: OperatorConfig,
+    locks: StatusLocks,
+    trigger: str,
 ) -> Outcome | None:
     """Recompute the status from the pods as they are now; None if the object is gone."""
-    body = cluster.read_endpoint(namespace, name)
-    if body is None or body["metadata"].get("deletionTimestamp"):
-        return None
-    others = cluster.list_endpoints(namespace)
-    todo = plan.build_plan(body, others, sim_image=config.sim_image)
-    problem = todo.problem or _child_conflict_of(body)
-    return _write_status(body, todo, problem, cluster=cluster, trigger=trigger)
+    with locks.of(namespace, name):
+        body = cluster.read_endpoint(namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return None
+        others = cluster.list_endpoints(namespace)
+        todo = plan.build_plan(body, others, sim_image=config.sim_image)
+        problem = todo.problem or _child_conflict_of(body)
+        return _write_status(body, todo, problem, cluster=cluster, trigger=trigger)
 
 
 def _child_conflict_of(body: Mapping[str, Any]) -> status.Problem | None:

@@ -182,7 +182,8 @@ def compute_events(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event
     """The Events that the step from `old` to `new` status deserves (none when equal)."""
     events: list[Event] = []
     old_ring, new_ring = old.get("ring") or {}, new.get("ring") or {}
-    if old_ring.get("version") != new_ring.get("version"):
+    ring_changed = old_ring.get("version") != new_ring.get("version")
+    if ring_changed and (old_ring.get("size") or new_ring.get("size")):  # not empty -> empty
         names = ", ".join(m["name"] for m in new_ring.get("members", [])) or "none"
         events.append(
             Event(

@@ -195,7 +195,7 @@ class ControlPlane:
             *common,
             f"--service-account-private-key-file={self.pki / 'sa.key'}",
             f"--root-ca-file={self.pki / 'ca.crt'}",
-            "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller",
+            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller",
         ])  # fmt: skip
         self._spawn("kube-scheduler", common)
         self._start_kwok()
@@ -269,7 +269,12 @@ class ControlPlane:
         documents = [{
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokConfiguration",
-            "options": {"enableCRDs": []},
+            # Stated explicitly: kwok leaves these at zero when a configuration is given.
+            "options": {
+                "podPlayStageParallelism": 4, "nodePlayStageParallelism": 4,
+                "nodeLeaseParallelism": 4, "podsOnNodeSyncParallelism": 1,
+                "nodeLeaseDurationSeconds": 40, "enablePodsOnNodeSyncListPager": True,
+            },
         }]  # fmt: skip
         documents += [yaml.safe_load(p.read_text()) for p in sorted(stages.glob("*.yaml"))]
         config.write_text(yaml.safe_dump_all(documents))

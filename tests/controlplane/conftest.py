@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import figures
 from tests.controlplane import cluster, kube, operators
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -54,7 +55,7 @@ def control_plane() -> Iterator[cluster.ControlPlane]:
         plane.kubectl(
             "wait", "--for=condition=Established", "crd/cachedendpoints.kvpin.dev", "--timeout=30s"
         )
-        print(f"\ncontrol plane started in {plane.timings['started']:.1f}s", file=sys.stderr)
+        figures.record("control plane started", f"{plane.timings['started']:.1f}s")
         yield plane
 
 

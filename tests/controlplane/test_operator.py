@@ -4,13 +4,13 @@ Degraded cases."""
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
 import pytest
 
 from kvpin import api
+from tests import figures
 from tests.controlplane import cluster, operators
 from tests.controlplane.kube import Kube, wait_for
 
@@ -51,10 +51,10 @@ def test_endpoint_becomes_a_pinned_pool_with_a_ring(client: Kube, namespace: str
     client.create_endpoint(namespace, endpoint("ep-a"))
     wait_for("the StatefulSet", lambda: client.statefulset(namespace, "ep-a"))
     created_in = time.monotonic() - started
-    assert client.exists("Service", namespace, "ep-a")
-    assert client.exists("PodDisruptionBudget", namespace, "ep-a")
+    for kind in ("Service", "PodDisruptionBudget"):  # applied right after, in this order
+        wait_for(kind, lambda kind=kind: client.exists(kind, namespace, "ep-a"), timeout=5)
     wait_ring(client, namespace, "ep-a", ["ep-a-0", "ep-a-1"])
-    print(f"\nCR applied -> StatefulSet exists: {created_in:.2f}s", file=sys.stderr)
+    figures.record("CR applied -> StatefulSet exists", f"{created_in:.2f}s")
 
     cep = client.endpoint(namespace, "ep-a")
     pods = client.pods(namespace, "ep-a")
@@ -105,9 +105,26 @@ def test_scaling_adds_and_removes_the_highest_ordinals(
 def test_a_deleted_pod_comes_back_under_its_name(client: Kube, namespace: str) -> None:
     client.create_endpoint(namespace, endpoint("ep-d"))
     wait_ring(client, namespace, "ep-d", ["ep-d-0", "ep-d-1"])
+    old_uid = client.pods(namespace, "ep-d")[1]["metadata"]["uid"]
     client.core.delete_namespaced_pod("ep-d-1", namespace, grace_period_seconds=0)
-    wait_ring(client, namespace, "ep-d", ["ep-d-0"], timeout=15)
-    wait_ring(client, namespace, "ep-d", ["ep-d-0", "ep-d-1"])
+
+    def replaced() -> dict[str, Any] | None:
+        pods = {p["metadata"]["name"]: p for p in client.pods(namespace, "ep-d")}
+        pod = pods.get("ep-d-1")
+        if not pod or pod["metadata"]["uid"] == old_uid or not pod["status"].get("podIP"):
+            return None
+        return pod
+
+    pod = wait_for("a new pod named ep-d-1", replaced)
+    address = f"{pod['status']['podIP']}:8000"
+    wait_for(
+        "the ring to list the new pod under the old name",
+        lambda: (
+            {"name": "ep-d-1", "address": address}
+            in client.endpoint(namespace, "ep-d")["status"]["ring"]["members"]
+        ),
+    )
+    assert ring_names(client, namespace, "ep-d") == ["ep-d-0", "ep-d-1"]
 
 
 def test_a_spec_change_rolls_the_pool(client: Kube, namespace: str) -> None:
@@ -226,8 +243,9 @@ def test_readiness_reaches_the_ring_quickly(
             lambda newest=newest: newest in ring_names(client, namespace, "ep-t"),
         )
         samples.append(time.time() - seen)
-    print(f"\npod Ready (observed) -> status.ring: {', '.join(f'{s:.2f}s' for s in samples)}",
-          file=sys.stderr)  # fmt: skip
+    figures.record(
+        "pod Ready (as observed) -> status.ring", ", ".join(f"{s:.2f}s" for s in samples)
+    )
     assert max(samples) < 5  # a resync every 5 s would also get there; events get there first
 
 

@@ -1,0 +1,72 @@
+"""Servers for benchmarks: `kvpin` subcommands as processes, pinned to CPUs, waited for.
+
+I/O. Pinning the server to one core and the load generator to another is what makes
+"requests per second on one core" a meaningful figure on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def kvpin_command() -> list[str]:
+    """How to start `kvpin` from the running interpreter's environment."""
+    script = pathlib.Path(sys.executable).parent / "kvpin"
+    return [str(script)] if script.exists() else [sys.executable, "-P", "-m", "kvpin.cli"]
+
+
+def pinned(args: Sequence[str], cpus: Sequence[int]) -> list[str]:
+    """`args` run by taskset on `cpus` (all CPUs when empty)."""
+    if not cpus:
+        return list(args)
+    return ["taskset", "-c", ",".join(map(str, cpus)), *args]
+
+
+def wait_http(
+    url: str, *, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Wait until GET `url` answers 200."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as r:
+            if r.status == 200:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+@contextlib.contextmanager
+def running(
+    args: Sequence[str], *, health_url: str, cpus: Sequence[int] = ()
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A server process, pinned to `cpus`, healthy on entry and stopped on exit."""
+    proc = subprocess.Popen(
+        pinned(args, cpus), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_http(health_url, proc=proc)
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
