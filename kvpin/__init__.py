@@ -1,9 +1,17 @@
 """kvpin: keep LLM prompt caches hot on Kubernetes.
 
-Layout (each folder is one part; see README.md):
+Layout (each top-level folder is one part; see README.md):
   kvpin/     the contract both halves share (`api`), the CLI, logging set-up
   operator/  -> kvpin.operator: CachedEndpoint -> StatefulSet, Service, PDB, status.ring
-  router/    -> kvpin.router: membership -> rings -> pick -> proxy
+  sim/       -> kvpin.sim: a GPU-free engine with a vLLM-like prefix cache
+  bench/     -> kvpin.bench: benchmarks that print tables
 """
+
+import pkgutil
+
+# The folders above are mapped into this package by the build. A `python` started in the
+# repository root finds ./kvpin first, which holds none of them; extending the path to the
+# installed copy of kvpin makes `import kvpin.sim` work from there too.
+__path__ = pkgutil.extend_path(__path__, __name__)
 
 __version__ = "0.1.0"

@@ -59,6 +59,41 @@ class _Sequence:
         return self.prompt_len - self.cached - self.prefilled
 
 
+class Generation:
+    """An admitted request: its cached token count, then its tokens as they are produced."""
+
+    def __init__(self, engine: Engine, seq: _Sequence) -> None:
+        self._engine = engine
+        self._seq = seq
+
+    @property
+    def cached(self) -> int:
+        """Prompt tokens found in the prefix cache."""
+        return self._seq.cached
+
+    async def batches(self) -> AsyncIterator[range]:
+        """The indices of generated tokens, grouped as they become ready together."""
+        seq = self._seq
+        if self._engine.timing.time_scale == 0:
+            yield range(seq.max_tokens)
+            return
+        done = 0
+        while done < seq.max_tokens:
+            if await seq.tokens.get() is None:
+                return
+            ready = 1
+            while not seq.tokens.empty():
+                if seq.tokens.get_nowait() is None:
+                    break
+                ready += 1
+            yield range(done, done + ready)
+            done += ready
+
+    def close(self) -> None:
+        """Abort if still running; free the request's blocks."""
+        self._engine.abort(self._seq)
+
+
 class Engine:
     """One simulated GPU serving requests from a shared prefix cache."""
 
@@ -78,29 +113,26 @@ class Engine:
     def num_waiting(self) -> int:
         return len(self.waiting)
 
-    async def generate(
-        self, hashes: Sequence[int], prompt_len: int, max_tokens: int
-    ) -> AsyncIterator[int]:
-        """Yield the cached token count first, then one value per generated token.
+    async def start(self, hashes: Sequence[int], prompt_len: int, max_tokens: int) -> Generation:
+        """Queue a request and wait until the scheduler admits it (its cached tokens known).
 
-        Cancelling the consumer aborts the sequence and frees its blocks.
+        Cancelling the wait, or closing the Generation, aborts it and frees its blocks.
         """
         seq = _Sequence(list(hashes), prompt_len, max_tokens)
         if self.timing.time_scale == 0:
-            yield self._instant(seq)
-            for i in range(max_tokens):
-                yield i
-            return
+            seq.cached = self._instant(seq)
+            seq.tokens.put_nowait(None)  # every token is ready at once
+            return Generation(self, seq)
         seq.admitted = asyncio.get_running_loop().create_future()
         self.waiting.append(seq)
         self._ensure_loop()
         self._wake.set()
         try:
-            yield await seq.admitted
-            while (token := await seq.tokens.get()) is not None:
-                yield token
-        finally:
-            self._abort(seq)
+            await seq.admitted
+        except BaseException:
+            self.abort(seq)
+            raise
+        return Generation(self, seq)
 
     def _instant(self, seq: _Sequence) -> int:
         try:
@@ -121,10 +153,11 @@ class Engine:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
         for seq in [*self.waiting, *self.running]:
-            self._abort(seq)
+            self.abort(seq)
             seq.tokens.put_nowait(None)
 
-    def _abort(self, seq: _Sequence) -> None:
+    def abort(self, seq: _Sequence) -> None:
+        """Drop a sequence wherever it is and release its blocks (idempotent)."""
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
@@ -186,4 +219,4 @@ class Engine:
             seq.emitted += 1
         if seq.emitted >= seq.max_tokens:
             seq.tokens.put_nowait(None)
-            self._abort(seq)
+            self.abort(seq)

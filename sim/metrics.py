@@ -17,7 +17,8 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
 
 @dataclasses.dataclass(frozen=True)
 class SimMetrics:
-    """Every metric of one simulator."""
+    """Every metric of one simulator, already labelled with its model (one lookup, not one
+    per request)."""
 
     registry: CollectorRegistry
     queries: Counter
@@ -25,7 +26,7 @@ class SimMetrics:
     ttft: Histogram
     prompt_tokens: Counter
     generation_tokens: Counter
-    requests: Counter
+    finished: Counter
 
 
 def build_metrics(
@@ -46,8 +47,8 @@ def build_metrics(
     gauge("vllm:num_requests_running", "Requests in the running batch.", running)
     gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", waiting)
 
-    def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
-        return Counter(name, doc, [*labels, *extra], registry=registry)
+    def counter(name: str, doc: str) -> Counter:
+        return Counter(name, doc, labels, registry=registry).labels(model)
 
     return SimMetrics(
         registry=registry,
@@ -59,8 +60,13 @@ def build_metrics(
             labels,
             buckets=TTFT_BUCKETS,
             registry=registry,
-        ),
+        ).labels(model),
         prompt_tokens=counter("vllm:prompt_tokens", "Prompt tokens processed."),
         generation_tokens=counter("vllm:generation_tokens", "Tokens generated."),
-        requests=counter("vllm:request_success", "Finished requests.", ("finished_reason",)),
+        finished=Counter(
+            "vllm:request_success",
+            "Finished requests.",
+            [*labels, "finished_reason"],
+            registry=registry,
+        ).labels(model, "length"),
     )

@@ -9,6 +9,7 @@ Prompt contents are never logged.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import random
@@ -22,7 +23,7 @@ from kvpin import logs
 from kvpin.sim import cache as caching
 from kvpin.sim import protocol, tokens
 from kvpin.sim.config import SimConfig
-from kvpin.sim.engine import Engine
+from kvpin.sim.engine import Engine, Generation
 from kvpin.sim.metrics import SimMetrics, build_metrics
 
 log = logging.getLogger(logs.SIM)
@@ -101,71 +102,87 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
         raise protocol.ProtocolError(500, "simulated engine error", type="server_error")
     drop = sim.roll(config.faults.drop_rate)
     hashes = caching.block_hashes(parsed.prompt, block_size=config.block_size, salt=config.salt)
-    ids = protocol.Ids.new(kind, config.names[0])
     started = time.monotonic()
-    generated = sim.engine.generate(hashes, len(parsed.prompt), parsed.max_tokens)
+    generation = await sim.engine.start(hashes, len(parsed.prompt), parsed.max_tokens)
     try:
-        cached = await anext(generated)
-        sim.metrics.queries.labels(config.names[0]).inc(len(parsed.prompt))
-        sim.metrics.hits.labels(config.names[0]).inc(cached)
-        sim.metrics.prompt_tokens.labels(config.names[0]).inc(len(parsed.prompt))
+        sim.metrics.queries.inc(len(parsed.prompt))
+        sim.metrics.hits.inc(generation.cached)
+        sim.metrics.prompt_tokens.inc(len(parsed.prompt))
+        reply = _Reply(sim, parsed, protocol.Ids.new(kind, config.names[0]), generation.cached)
         if parsed.stream:
-            return await _stream(
-                request, sim, parsed=parsed, ids=ids, generated=generated, cached=cached,
-                started=started, drop=drop,
-            )  # fmt: skip
-        text = []
-        async for index in generated:
+            return await _stream(request, reply, generation, started=started, drop=drop)
+        text: list[str] = []
+        async for batch in generation.batches():
             if not text:
-                sim.metrics.ttft.labels(config.names[0]).observe(time.monotonic() - started)
-            text.append(protocol.token_text(len(parsed.prompt), index))
+                sim.metrics.ttft.observe(time.monotonic() - started)
+            text += (protocol.token_text(len(parsed.prompt), i) for i in batch)
         if drop:
             _drop(request)
-        _finished(sim, len(text))
-        return web.json_response(protocol.completion(parsed, ids, "".join(text), len(text), cached))
+        reply.finished(len(text))
+        return web.json_response(
+            protocol.completion(parsed, reply.ids, "".join(text), len(text), generation.cached)
+        )
     finally:
-        await generated.aclose()
+        generation.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reply:
+    """What every part of one response needs."""
+
+    sim: Simulator
+    request: protocol.Request
+    ids: protocol.Ids
+    cached: int
+
+    def event(self, document: dict[str, Any]) -> bytes:
+        """One server-sent event."""
+        return b"data: " + json.dumps(document).encode() + b"\n\n"
+
+    def finished(self, completion_tokens: int) -> None:
+        self.sim.metrics.generation_tokens.inc(completion_tokens)
+        self.sim.metrics.finished.inc()
 
 
 async def _stream(
     request: web.Request,
-    sim: Simulator,
+    reply: _Reply,
+    generation: Generation,
     *,
-    parsed: protocol.Request,
-    ids: protocol.Ids,
-    generated: Any,
-    cached: int,
     started: float,
     drop: bool,
 ) -> web.StreamResponse:
+    """SSE: one write per batch of ready tokens (one token per step under simulated time)."""
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
+    sim, parsed = reply.sim, reply.request
     stall = sim.roll(sim.config.faults.stall_rate)
     count = 0
-    async for index in generated:
+    async for batch in generation.batches():
         if count == 0:
-            sim.metrics.ttft.labels(sim.config.names[0]).observe(time.monotonic() - started)
-        text = protocol.token_text(len(parsed.prompt), index)
-        await _send(response, protocol.chunk(parsed, ids, text, first=count == 0))
-        count += 1
+            sim.metrics.ttft.observe(time.monotonic() - started)
+        events = []
+        for index in batch:
+            text = protocol.token_text(len(parsed.prompt), index)
+            events.append(reply.event(protocol.chunk(parsed, reply.ids, text, first=count == 0)))
+            count += 1
+            if (drop and count >= 2) or (stall and count == 1):
+                break
+        await response.write(b"".join(events))
         if drop and count >= 2:
             _drop(request)
-            return response
         if stall and count == 1:
             await asyncio.sleep(sim.config.faults.stall_s)
-    await _send(response, protocol.chunk(parsed, ids, None, finish="length"))
+    tail = [reply.event(protocol.chunk(parsed, reply.ids, None, finish="length"))]
     if parsed.include_usage:
-        await _send(response, protocol.usage_chunk(parsed, ids, count, cached))
-    await response.write(b"data: [DONE]\n\n")
+        tail.append(reply.event(protocol.usage_chunk(parsed, reply.ids, count, reply.cached)))
+    tail.append(b"data: [DONE]\n\n")
+    await response.write(b"".join(tail))
     await response.write_eof()
-    _finished(sim, count)
+    reply.finished(count)
     return response
-
-
-async def _send(response: web.StreamResponse, document: dict[str, Any]) -> None:
-    await response.write(b"data: " + json.dumps(document).encode() + b"\n\n")
 
 
 def _drop(request: web.Request) -> None:
@@ -173,12 +190,6 @@ def _drop(request: web.Request) -> None:
     if request.transport is not None:
         request.transport.abort()
     raise asyncio.CancelledError
-
-
-def _finished(sim: Simulator, completion_tokens: int) -> None:
-    name = sim.config.names[0]
-    sim.metrics.generation_tokens.labels(name).inc(completion_tokens)
-    sim.metrics.requests.labels(name, "length").inc()
 
 
 async def models(request: web.Request) -> web.Response:

@@ -66,11 +66,11 @@ def client(control_plane: cluster.ControlPlane) -> kube.Kube:
 
 
 @pytest.fixture(scope="session")
-def operator_process(control_plane: cluster.ControlPlane) -> Iterator[subprocess.Popen[bytes]]:
+def operator_process(control_plane: cluster.ControlPlane) -> Iterator[operators.Operator]:
     """The real `kvpin operator`, cluster-wide, with a short resync for the tests."""
-    proc = operators.spawn(control_plane, "--all-namespaces", "--resync-seconds", "5")
-    yield proc
-    operators.stop(proc)
+    operator = operators.spawn(control_plane, "--all-namespaces", "--resync-seconds", "5")
+    yield operator
+    operators.stop(operator)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import socket
@@ -18,33 +19,42 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def spawn(plane: cluster.ControlPlane, *args: str) -> subprocess.Popen[bytes]:
+@dataclasses.dataclass(frozen=True)
+class Operator:
+    """A running operator process and where it serves."""
+
+    proc: subprocess.Popen[bytes]
+    liveness_port: int
+    metrics_port: int
+    log: pathlib.Path
+
+
+def spawn(plane: cluster.ControlPlane, *args: str) -> Operator:
     """Start a real `kvpin operator` process and wait until its liveness endpoint answers."""
     kvpin = pathlib.Path(sys.executable).parent / "kvpin"
-    liveness = _free_port()
-    log = (plane.logs / f"operator-{liveness}.log").open("wb")
+    liveness, metrics = _free_port(), _free_port()
+    log = plane.logs / f"operator-{liveness}.log"
     proc = subprocess.Popen(
         [str(kvpin), "operator", *args, "--host", "127.0.0.1",
-         "--liveness-port", str(liveness), "--metrics-port", str(_free_port()),
+         "--liveness-port", str(liveness), "--metrics-port", str(metrics),
          "--sim-image", "kvpin:test"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "KUBECONFIG": str(plane.kubeconfig)},
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while not kube.http_ok(f"http://127.0.0.1:{liveness}/healthz"):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            output = (plane.logs / f"operator-{liveness}.log").read_text()[-4000:]
-            raise RuntimeError(f"kvpin operator did not start:\n{output}")
+            raise RuntimeError(f"kvpin operator did not start:\n{log.read_text()[-4000:]}")
         time.sleep(0.2)
-    return proc
+    return Operator(proc, liveness, metrics, log)
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(operator: Operator) -> None:
     """SIGTERM, as Kubernetes does, then wait for kopf's graceful exit."""
-    proc.terminate()
+    operator.proc.terminate()
     try:
-        proc.wait(15)
+        operator.proc.wait(15)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        operator.proc.kill()
+        operator.proc.wait()

@@ -4,7 +4,9 @@ Degraded cases."""
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from typing import Any
 
 import pytest
@@ -267,3 +269,30 @@ def test_a_fresh_operator_process_converges_without_changes(
         assert client.endpoint(namespace, "ep-resume")["status"]["ring"] == ring_before
     finally:
         operators.stop(second)
+
+
+def test_metrics_and_json_logs(
+    control_plane: cluster.ControlPlane, client: Kube, namespace: str
+) -> None:
+    operator = operators.spawn(control_plane, "-n", namespace, "--log-json")
+    try:
+        client.create_endpoint(namespace, endpoint("ep-m", replicas=1))
+        wait_ring(client, namespace, "ep-m", ["ep-m-0"])
+        url = f"http://127.0.0.1:{operator.metrics_port}/metrics"
+
+        def reconciled() -> str | None:
+            text = urllib.request.urlopen(url, timeout=2).read().decode()
+            return text if 'kvpin_operator_reconciles_total{result="ok"}' in text else None
+
+        text = wait_for("reconcile metrics", reconciled)
+        for name in (
+            "kvpin_operator_reconcile_duration_seconds_count",
+            "kvpin_operator_status_writes_total",
+            "kvpin_operator_ring_changes_total",
+        ):
+            assert name in text
+    finally:
+        operators.stop(operator)
+    lines = [line for line in operator.log.read_text().splitlines() if line.startswith("{")]
+    assert lines, "no JSON log lines"
+    assert all("message" in json.loads(line) for line in lines)

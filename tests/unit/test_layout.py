@@ -20,6 +20,14 @@ def test_python_started_in_the_repository_root_imports_the_standard_operator() -
     assert not out.stdout.strip().startswith(str(ROOT / "operator"))
 
 
+def test_python_started_in_the_repository_root_finds_the_mapped_packages() -> None:
+    code = "import kvpin.operator.handlers, kvpin.sim.server; print('ok')"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert out.stdout.strip() == "ok", out.stderr
+
+
 def test_the_build_maps_operator_onto_kvpin_operator() -> None:
     import kvpin.operator.handlers
 

@@ -21,13 +21,13 @@ async def ttft(
     engine: Engine, h: list[int], prompt_len: int, max_tokens: int = 2
 ) -> tuple[int, float]:
     started = time.monotonic()
-    gen = engine.generate(h, prompt_len, max_tokens)
-    cached = await anext(gen)
-    await anext(gen)
-    first = time.monotonic() - started
-    async for _ in gen:
-        pass
-    return cached, first
+    generation = await engine.start(h, prompt_len, max_tokens)
+    first = None
+    async for _ in generation.batches():
+        first = first or time.monotonic() - started
+    generation.close()
+    assert first is not None
+    return generation.cached, first
 
 
 async def test_cached_prefixes_reach_the_first_token_sooner() -> None:
@@ -54,37 +54,49 @@ async def test_prefills_contend_for_the_gpu() -> None:
 
 async def test_requests_wait_beyond_max_running() -> None:
     engine = Engine(cache.PrefixCache(1000, block_size=BS), Timing(max_running=1, time_scale=0.01))
-    first = engine.generate(hashes(1, 1), 17, 50)
-    second = engine.generate(hashes(1, 2), 17, 1)
-    await anext(first)
-    waiter = asyncio.ensure_future(anext(second))
+    first = await engine.start(hashes(1, 1), 17, 50)
+    second = asyncio.ensure_future(engine.start(hashes(1, 2), 17, 1))
     await asyncio.sleep(0.01)
     assert (engine.num_running, engine.num_waiting) == (1, 1)
-    await first.aclose()  # a client going away frees the slot and its blocks
-    assert await waiter == 0
+    first.close()  # a client going away frees the slot and its blocks
+    admitted = await second
+    assert admitted.cached == 0
     assert engine.num_running == 1
-    async for _ in second:
-        pass
+    assert [list(b) async for b in admitted.batches()] == [[0]]
     assert (engine.num_running, engine.num_waiting) == (0, 0)
+    assert engine.cache.usage == 0
+    await engine.close()
+
+
+async def test_a_cancelled_wait_leaves_nothing_behind() -> None:
+    engine = Engine(cache.PrefixCache(1000, block_size=BS), Timing(max_running=1, time_scale=0.01))
+    first = await engine.start(hashes(1, 1), 17, 50)
+    waiting = asyncio.ensure_future(engine.start(hashes(1, 2), 17, 1))
+    await asyncio.sleep(0.01)
+    waiting.cancel()
+    await asyncio.sleep(0)
+    assert engine.num_waiting == 0
+    first.close()
     assert engine.cache.usage == 0
     await engine.close()
 
 
 async def test_a_full_cache_makes_requests_wait_for_blocks() -> None:
     engine = Engine(cache.PrefixCache(4, block_size=BS), Timing(time_scale=0.01))
-    big = engine.generate(hashes(3, 1), 49, 20)
-    await anext(big)
-    other = asyncio.ensure_future(anext(engine.generate(hashes(2, 5), 33, 1)))
+    big = await engine.start(hashes(3, 1), 49, 20)
+    other = asyncio.ensure_future(engine.start(hashes(2, 5), 33, 1))
     await asyncio.sleep(0.02)
     assert engine.num_waiting == 1 and not other.done()
-    async for _ in big:
+    async for _ in big.batches():
         pass
-    assert await other == 0
+    assert (await other).cached == 0
     await engine.close()
 
 
 async def test_no_latency_mode_answers_at_once_with_the_same_accounting() -> None:
     engine = Engine(cache.PrefixCache(100, block_size=BS), Timing(time_scale=0))
     prompt = hashes(3)
-    assert [x async for x in engine.generate(prompt, 49, 3)] == [0, 0, 1, 2]
-    assert [x async for x in engine.generate(prompt, 49, 1)] == [48, 0]
+    cold = await engine.start(prompt, 49, 3)
+    assert cold.cached == 0
+    assert [list(b) async for b in cold.batches()] == [[0, 1, 2]]
+    assert (await engine.start(prompt, 49, 1)).cached == 48
