@@ -63,6 +63,75 @@ def _run_operator(args: argparse.Namespace) -> None:
     running.run(config)
 
 
+def _router_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser(
+        "router",
+        help="route each request to the pod that holds its prefix",
+        description="Serve the OpenAI API and send each request of an endpoint to the member "
+        "of its pool whose KV cache holds the request's prefix, with bounded loads.",
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--config", metavar="FILE", help="static endpoints (YAML), reloaded on change"
+    )
+    source.add_argument("--kubernetes", action="store_true", help="follow CachedEndpoints")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="with --kubernetes: namespace to watch (repeatable; default all)",
+    )
+    parser.add_argument("--kubeconfig", help="with --kubernetes: a kubeconfig file")
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--connect-timeout", type=float, default=5.0, help="seconds")
+    parser.add_argument("--first-byte-timeout", type=float, default=300.0, help="seconds")
+    parser.add_argument("--idle-timeout", type=float, default=60.0, help="seconds between chunks")
+    parser.add_argument("--max-attempts", type=int, default=3, help="members tried per request")
+    parser.add_argument("--eject-seconds", type=float, default=10.0, help="failed member cooldown")
+    parser.add_argument("--max-body-bytes", type=int, default=32 * 2**20, help="413 above this")
+    parser.add_argument(
+        "--prefix-break-header",
+        action="store_true",
+        help="name the broken zone in an X-Kvpin-Prefix-Break response header",
+    )
+    parser.add_argument(
+        "--auth-tokens-file", metavar="FILE", help="accept only these bearer tokens (one per line)"
+    )
+    _add_logging(parser)
+    parser.set_defaults(run=_run_router)
+
+
+def _run_router(args: argparse.Namespace) -> None:
+    import pathlib
+
+    from kvpin.router import app, config
+    from kvpin.router.membership import kubernetes, static
+
+    tokens: frozenset[str] = frozenset()
+    if args.auth_tokens_file:
+        lines = pathlib.Path(args.auth_tokens_file).read_text().splitlines()
+        tokens = frozenset(line.strip() for line in lines if line.strip())
+    settings = config.ProxySettings(
+        timeouts=config.Timeouts(args.connect_timeout, args.first_byte_timeout, args.idle_timeout),
+        max_attempts=args.max_attempts,
+        eject_seconds=args.eject_seconds,
+        max_body_bytes=args.max_body_bytes,
+        break_header=args.prefix_break_header,
+        auth_tokens=tokens,
+    )
+    membership = (
+        kubernetes.KubernetesMembership(
+            args.namespace, client=lambda: kubernetes.api_client(args.kubeconfig)
+        )
+        if args.kubernetes
+        else static.StaticMembership(pathlib.Path(args.config))
+    )
+    app.run(app.make_app(membership, settings), host=args.host, port=args.port)
+
+
 def _sim_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from kvpin.sim import config
 
@@ -186,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kvpin {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _operator_parser(sub)
+    _router_parser(sub)
     _sim_parser(sub)
     _bench_parser(sub)
     return parser

@@ -1,0 +1,159 @@
+"""Router configuration: endpoints and their routing (from a file or CachedEndpoints), and the
+settings of the proxy process.
+
+Pure. Built and validated here, at the edge, then passed down frozen; a membership change makes
+a new snapshot rather than editing one. Errors say which field is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+from kvpin import api
+from kvpin.router import keys
+
+_DNS_LABEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message names the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RoutingConfig:
+    """How one endpoint's requests are keyed onto its ring."""
+
+    key: str = "prefix"
+    """prefix, session or endpoint (see kvpin.router.keys)."""
+    load_factor: float = 1.25
+    """A member is passed over while its in-flight load exceeds this x the pool's mean."""
+    virtual_nodes: int = 160
+    """Points per member on the ring."""
+    session_header: str = "X-Session-ID"
+    """Header carrying the session id in `session` mode."""
+    prefix_chars: int = 2048
+    """Characters of the stable head (system, tools, first turns) that make the prefix key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointConfig:
+    """One endpoint: its id (what clients send as `model`), members and routing."""
+
+    id: str
+    members: tuple[api.RingMember, ...]
+    routing: RoutingConfig = RoutingConfig()
+
+
+@dataclasses.dataclass(frozen=True)
+class Timeouts:
+    """Upstream timeouts, in seconds."""
+
+    connect: float = 5.0
+    """To open a connection to a member."""
+    first_byte: float = 300.0
+    """From sending the request to the first response byte (a long prefill takes a while)."""
+    idle: float = 60.0
+    """Between two chunks of a response once it has started."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxySettings:
+    """Settings of one router process."""
+
+    timeouts: Timeouts = Timeouts()
+    max_attempts: int = 3
+    """Members tried for one request (connect errors and 5xx before any byte); 1: no retry."""
+    eject_seconds: float = 10.0
+    """How long a member that failed is passed over."""
+    max_body_bytes: int = 32 * 2**20
+    """Larger request bodies are refused with 413."""
+    break_header: bool = False
+    """Name the broken prefix zone in an `X-Kvpin-Prefix-Break` response header."""
+    conversations: int = 100_000
+    """Conversations remembered (where spilled ones went, their last turn for breaks)."""
+    auth_tokens: frozenset[str] = frozenset()
+    """Bearer tokens accepted; empty: no authentication."""
+
+
+def parse_routing(raw: Any, where: str) -> RoutingConfig:
+    """`routing:` (static file) or `spec.routing` (CachedEndpoint) -> RoutingConfig."""
+    if raw is None:
+        return RoutingConfig()
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: routing must be a mapping")
+    defaults = RoutingConfig()
+    key = raw.get("key", defaults.key)
+    if key not in keys.MODES:
+        raise ConfigError(f"{where}: routing.key must be one of {', '.join(keys.MODES)}")
+    load_factor = raw.get("loadFactor", defaults.load_factor)
+    if isinstance(load_factor, bool) or not isinstance(load_factor, int | float):
+        raise ConfigError(f"{where}: routing.loadFactor must be a number")
+    if load_factor < 1:
+        raise ConfigError(f"{where}: routing.loadFactor must be at least 1")
+    virtual_nodes = raw.get("virtualNodes", defaults.virtual_nodes)
+    prefix_chars = raw.get("prefixChars", defaults.prefix_chars)
+    for name, value in (("virtualNodes", virtual_nodes), ("prefixChars", prefix_chars)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{where}: routing.{name} must be a positive integer")
+    header = raw.get("sessionHeader", defaults.session_header)
+    if not isinstance(header, str) or not header:
+        raise ConfigError(f"{where}: routing.sessionHeader must be a header name")
+    return RoutingConfig(key, float(load_factor), virtual_nodes, header, prefix_chars)
+
+
+def parse_member(raw: Any, where: str) -> api.RingMember:
+    """`http://host:port` or `{name: ..., url: http://host:port}` -> RingMember."""
+    if isinstance(raw, str):
+        name, url = raw, raw
+    elif isinstance(raw, Mapping) and isinstance(raw.get("url"), str):
+        url = raw["url"]
+        name = str(raw.get("name") or url)
+    else:
+        raise ConfigError(f"{where}: a member is a URL or a mapping with `url` (and `name`)")
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme != "http" or not parsed.hostname or parsed.path not in ("", "/"):
+        raise ConfigError(f"{where}: member {url!r} must look like http://host:port")
+    try:
+        port = parsed.port or 80
+    except ValueError as err:
+        raise ConfigError(f"{where}: member {url!r} has a bad port") from err
+    host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
+    return api.RingMember(name=name, address=f"{host}:{port}")
+
+
+def parse_static(doc: Any) -> dict[str, EndpointConfig]:
+    """The static router file (see README) -> endpoints by id."""
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("endpoints"), Mapping):
+        raise ConfigError("the config needs an `endpoints:` mapping of endpoint id -> members")
+    endpoints = {}
+    for endpoint_id, raw in doc["endpoints"].items():
+        where = f"endpoints.{endpoint_id}"
+        if not isinstance(endpoint_id, str) or not _DNS_LABEL.match(endpoint_id):
+            raise ConfigError(f"{where}: endpoint ids are names like ep-support")
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("members"), list):
+            raise ConfigError(f"{where}: needs `members:`, a list of member URLs")
+        members = tuple(parse_member(m, where) for m in raw["members"])
+        names = [m.name for m in members]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{where}: member names must be unique")
+        endpoints[endpoint_id] = EndpointConfig(
+            endpoint_id, members, parse_routing(raw.get("routing"), where)
+        )
+    return endpoints
+
+
+def endpoint_from_resource(body: Mapping[str, Any]) -> EndpointConfig:
+    """A CachedEndpoint -> its EndpointConfig (members from `status.ring`)."""
+    meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+    status = body.get("status") or {}
+    endpoint_id = str(status.get("endpointId") or spec.get("endpointId") or meta.get("name"))
+    where = f"CachedEndpoint {meta.get('namespace')}/{meta.get('name')}"
+    return EndpointConfig(
+        endpoint_id,
+        api.Ring.from_status(status.get("ring")).members,
+        parse_routing(spec.get("routing"), where),
+    )

@@ -1,0 +1,66 @@
+"""The router's errors and their one OpenAI-style rendering.
+
+Handlers raise a RouterError; `to_response` is the only place that turns one into JSON
+(`{"error": {"message", "type", "code"}}`) with its status and headers.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+
+class RouterError(Exception):
+    """A request the router refuses or cannot serve."""
+
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+class BadRequestError(RouterError):
+    status, type, code = 400, "invalid_request_error", "invalid_request"
+
+
+class UnauthorizedError(RouterError):
+    status, type, code = 401, "authentication_error", "invalid_api_key"
+
+
+class UnknownEndpointError(RouterError):
+    status, type, code = 404, "invalid_request_error", "model_not_found"
+
+
+class BodyTooLargeError(RouterError):
+    status, type, code = 413, "invalid_request_error", "request_too_large"
+
+
+class NoMemberError(RouterError):
+    """No Ready member, or every member failed or is ejected."""
+
+    status, type, code = 503, "server_error", "no_ready_members"
+
+
+class UpstreamError(RouterError):
+    """The members tried all failed before answering."""
+
+    status, type, code = 502, "server_error", "upstream_unavailable"
+
+
+class UpstreamTimeoutError(UpstreamError):
+    status, code = 504, "upstream_timeout"
+
+
+def to_response(err: RouterError) -> web.Response:
+    """The OpenAI-style JSON error response."""
+    headers = {}
+    if err.retry_after is not None:
+        headers["Retry-After"] = str(max(1, round(err.retry_after)))
+    return web.json_response(
+        {"error": {"message": err.message, "type": err.type, "code": err.code}},
+        status=err.status,
+        headers=headers,
+    )

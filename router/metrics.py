@@ -1,0 +1,67 @@
+"""Every Prometheus metric of the router, defined once, in one registry per application (tests
+run several routers in one process)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+                   30, 60, 120, 300)  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterMetrics:
+    """The router's metrics."""
+
+    registry: CollectorRegistry
+    requests: Counter  # endpoint, member, code
+    errors: Counter  # endpoint, reason
+    latency: Histogram  # endpoint, member: whole request
+    ttfb: Histogram  # endpoint, member: time to the first response byte
+    in_flight: Gauge  # endpoint, member
+    retries: Counter  # endpoint
+    spills: Counter  # endpoint: the key's first member was over its bound
+    ejections: Counter  # endpoint, member
+    ring_members: Gauge  # endpoint
+    ring_changes: Counter  # endpoint
+    prompt_tokens: Counter  # endpoint
+    cached_tokens: Counter  # endpoint
+    prefix_breaks: Counter  # endpoint, zone
+
+
+def build_metrics() -> RouterMetrics:
+    """A fresh registry with every metric."""
+    r = CollectorRegistry()
+    ep, em = ["endpoint"], ["endpoint", "member"]
+
+    def counter(name: str, doc: str, labels: list[str]) -> Counter:
+        return Counter(f"kvpin_router_{name}", doc, labels, registry=r)
+
+    def histogram(name: str, doc: str) -> Histogram:
+        return Histogram(f"kvpin_router_{name}", doc, em, buckets=LATENCY_BUCKETS, registry=r)
+
+    def gauge(name: str, doc: str, labels: list[str]) -> Gauge:
+        return Gauge(f"kvpin_router_{name}", doc, labels, registry=r)
+
+    return RouterMetrics(
+        registry=r,
+        requests=counter("requests", "Requests proxied.", [*em, "code"]),
+        errors=counter("errors", "Requests answered with an error.", ["endpoint", "reason"]),
+        latency=histogram("request_duration_seconds", "Whole request, as the client saw it."),
+        ttfb=histogram("time_to_first_byte_seconds", "Until the member's first byte."),
+        in_flight=gauge("in_flight", "Requests in flight per member.", em),
+        retries=counter("retries", "Requests retried on another member.", ep),
+        spills=counter("spills", "Requests sent past their key's member (load bound).", ep),
+        ejections=counter("ejections", "Members ejected after a failure.", em),
+        ring_members=gauge("ring_members", "Members on the ring.", ep),
+        ring_changes=counter("ring_changes", "Ring membership changes.", ep),
+        prompt_tokens=counter("prompt_tokens", "Prompt tokens, from responses.", ep),
+        cached_tokens=counter("cached_prompt_tokens", "Prompt tokens found cached.", ep),
+        prefix_breaks=counter(
+            "prefix_breaks",
+            "Turns that did not extend the previous one, by zone.",
+            ["endpoint", "zone"],
+        ),
+    )
