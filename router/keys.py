@@ -4,7 +4,7 @@ Pure. A request is read once into its three zones, the way an agent's prompt is 
 `system` (system and developer messages), `tools` (the tool schemas, canonical JSON), and the
 append-only `history` (every other message, in order). From the zones:
 
-- the **prefix key** hashes the stable head: system, tools, then messages, cut at
+- the **prefix key** hashes the stable head: system, tools and the first turn, cut at
   `prefix_chars` characters. Requests that share that much of their beginning share the key
   (the check of two calls with one long system prompt); a conversation's head never changes,
   so all its turns share it too; with a short system prompt the first user turn is inside the
@@ -95,10 +95,14 @@ def parse_zones(body: Mapping[str, Any]) -> Zones:
 
 
 def head(zones: Zones, limit: int) -> str:
-    """The first `limit` characters of system + tools + history."""
+    """The stable head: system, tools and the first turn, cut at `limit` characters.
+
+    Later turns never enter it: a conversation's head must not change as its history grows.
+    """
+    first = zones.history[:1]
     out: list[str] = []
     size = 0
-    for piece in (zones.system, zones.tools, *(f"{r}:{t}" for r, t in zones.history)):
+    for piece in (zones.system, zones.tools, *(f"{r}:{t}" for r, t in first)):
         out.append(piece[: limit - size])
         size += len(out[-1]) + 1
         if size >= limit:

@@ -9,11 +9,16 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from kvpin import api
+from kvpin.router import app as router_app
+from kvpin.router import config as router_config
+from kvpin.router.membership.base import FixedMembership, Membership
 from kvpin.sim import server
 from kvpin.sim.config import SimConfig
 from kvpin.sim.engine import Timing
 
 StartSim = Callable[..., Awaitable[str]]
+StartRouter = Callable[..., Awaitable[str]]
 FAST = Timing(time_scale=0.001)
 
 
@@ -34,7 +39,41 @@ async def start_sim() -> AsyncIterator[StartSim]:
 
     async def start(**fields: Any) -> str:
         fields.setdefault("timing", FAST)
+        fields.setdefault("served_model_names", ("ep-a",))
         runner, url = await serve(server.make_app(SimConfig(**fields)))
+        runners.append(runner)
+        return url
+
+    start.runners = runners  # type: ignore[attr-defined]
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+def endpoint(endpoint_id: str, urls: list[str], **routing: Any) -> router_config.EndpointConfig:
+    """An endpoint whose members are named pod-0, pod-1, ... in the order of `urls`."""
+    members = tuple(
+        api.RingMember(f"pod-{i}", url.removeprefix("http://")) for i, url in enumerate(urls)
+    )
+    return router_config.EndpointConfig(
+        endpoint_id, members, router_config.RoutingConfig(**routing)
+    )
+
+
+@pytest.fixture
+async def start_router() -> AsyncIterator[StartRouter]:
+    """Start routers in this event loop over endpoints or a membership; their base URLs."""
+    runners: list[web.AppRunner] = []
+
+    async def start(
+        *endpoints: router_config.EndpointConfig,
+        membership: Membership | None = None,
+        **settings: Any,
+    ) -> str:
+        membership = membership or FixedMembership({e.id: e for e in endpoints})
+        settings.setdefault("eject_seconds", 30.0)
+        app = router_app.make_app(membership, router_config.ProxySettings(**settings))
+        runner, url = await serve(app)
         runners.append(runner)
         return url
 

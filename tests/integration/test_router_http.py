@@ -1,0 +1,347 @@
+"""The router over real HTTP in front of several `kvpin sim` instances on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import pathlib
+import re
+import time
+
+import aiohttp
+import openai
+import pytest
+import yaml
+
+from kvpin.router.membership.base import FixedMembership
+from kvpin.router.membership.static import StaticMembership
+from tests.integration.conftest import StartRouter, StartSim, endpoint, replace_timing
+
+SHORT_SYSTEM = "You are a helpful assistant."
+LONG_SYSTEM = "You are the support agent of a large online shop; be precise and kind. " * 40
+
+
+async def pool(start_sim: StartSim, n: int, **fields) -> list[str]:
+    return [await start_sim(**fields) for _ in range(n)]
+
+
+async def chat(session: aiohttp.ClientSession, url: str, messages, **extra) -> tuple[str, dict]:
+    """POST a chat completion; the member that served it and the response body."""
+    body = {"model": "ep-a", "messages": messages, "max_tokens": 4, **extra}
+    async with session.post(f"{url}/v1/chat/completions", json=body) as r:
+        assert r.status == 200, await r.text()
+        if r.content_type == "text/event-stream":
+            return r.headers["X-Kvpin-Member"], {"events": await r.text()}
+        return r.headers["X-Kvpin-Member"], await r.json()
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sum of a metric's samples that carry these labels."""
+    total = 0.0
+    for line in text.splitlines():
+        sample = line.startswith((name + "{", name + " "))
+        if sample and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> str:
+    async with session.get(f"{url}/metrics") as r:
+        return await r.text()
+
+
+async def test_every_turn_of_a_conversation_lands_on_one_pod(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    urls = await pool(start_sim, 4)
+    router = await start_router(endpoint("ep-a", urls))
+    served: dict[int, set[str]] = collections.defaultdict(set)
+    async with aiohttp.ClientSession() as session:
+        histories = {c: [{"role": "system", "content": SHORT_SYSTEM}] for c in range(12)}
+        for turn in range(4):
+            for c, history in histories.items():
+                history.append(
+                    {"role": "user", "content": f"conversation {c} asks question {turn}"}
+                )
+                member, body = await chat(session, router, history)
+                served[c].add(member)
+                if turn:
+                    # the pod holds the whole previous prompt: all of it but the tail is cached
+                    assert body["usage"]["prompt_tokens_details"]["cached_tokens"] > 16 * turn
+                history.append(
+                    {"role": "assistant", "content": body["choices"][0]["message"]["content"]}
+                )
+    assert all(len(members) == 1 for members in served.values())
+    assert len({m for members in served.values() for m in members}) >= 3  # spread over the pool
+
+
+async def test_two_calls_sharing_a_long_system_prompt_hit_the_cache(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    router = await start_router(endpoint("ep-a", await pool(start_sim, 4)))
+    async with openai.AsyncOpenAI(base_url=f"{router}/v1", api_key="x", max_retries=0) as client:
+        for question in ("What is your return policy?", "Do you ship to Norway?"):
+            response = await client.chat.completions.create(
+                model="ep-a", max_tokens=8,
+                messages=[{"role": "system", "content": LONG_SYSTEM},
+                          {"role": "user", "content": question}],
+            )  # fmt: skip
+    assert response.usage.model_extra["prompt_cache_hit_tokens"] > 0
+    assert response.usage.prompt_tokens_details.cached_tokens > 500
+
+
+async def test_sessions_stick_by_header(start_sim: StartSim, start_router: StartRouter) -> None:
+    router = await start_router(endpoint("ep-a", await pool(start_sim, 4), key="session"))
+    async with aiohttp.ClientSession(headers={"X-Session-ID": "user-42"}) as session:
+        members = {
+            (await chat(session, router, [{"role": "user", "content": f"unrelated {i}"}]))[0]
+            for i in range(10)
+        }
+    assert len(members) == 1
+
+
+async def test_a_hot_endpoint_is_held_within_the_load_bound(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    slow = replace_timing(decode_tokens_per_s=20, time_scale=0.5)  # each request ~0.2 s
+    router = await start_router(
+        endpoint("ep-a", await pool(start_sim, 4, timing=slow), key="endpoint")
+    )
+    async with aiohttp.ClientSession() as session:
+        results = await asyncio.gather(
+            *(chat(session, router, [{"role": "user", "content": "same"}]) for _ in range(40))
+        )
+    counts = collections.Counter(member for member, _ in results)
+    assert len(counts) == 4
+    assert max(counts.values()) <= 13  # ceil(1.25 x 40 / 4): nobody melts
+
+
+async def test_failover_when_an_instance_dies(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    urls = await pool(start_sim, 3)
+    router = await start_router(endpoint("ep-a", urls))
+    async with aiohttp.ClientSession() as session:
+        before = {
+            c: (await chat(session, router, [{"role": "user", "content": f"c{c}"}]))[0]
+            for c in range(30)
+        }
+        victim = collections.Counter(before.values()).most_common(1)[0][0]
+        await start_sim.runners[int(victim.split("-")[1])].cleanup()  # type: ignore[attr-defined]
+        after = {
+            c: (await chat(session, router, [{"role": "user", "content": f"c{c}"}]))[0]
+            for c in range(30)
+        }
+        text = await scrape(session, router)
+    assert victim not in after.values()
+    moved = [c for c in before if before[c] != after[c]]
+    assert set(moved) == {c for c in before if before[c] == victim}  # only the victim's keys move
+    assert metric(text, "kvpin_router_ejections_total", member=victim) >= 1
+    assert metric(text, "kvpin_router_retries_total") >= 1
+
+
+async def test_5xx_before_any_byte_is_retried_elsewhere(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    from kvpin.sim.config import Faults
+
+    broken = await start_sim(faults=Faults(error_rate=1.0))
+    healthy = await start_sim()
+    router = await start_router(endpoint("ep-a", [broken, healthy]))
+    async with aiohttp.ClientSession() as session:
+        members = {
+            (await chat(session, router, [{"role": "user", "content": f"q{i}"}]))[0]
+            for i in range(8)
+        }
+    assert members == {"pod-1"}
+
+
+async def test_streaming_is_passed_through_chunk_by_chunk(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    slow = replace_timing(decode_tokens_per_s=20, time_scale=1.0)  # 20 tokens take 1 s
+    router = await start_router(endpoint("ep-a", [await start_sim(timing=slow)]))
+    async with aiohttp.ClientSession() as session:
+        started = time.monotonic()
+        body = {"model": "ep-a", "prompt": "hello", "max_tokens": 20, "stream": True}
+        async with session.post(f"{router}/v1/completions", json=body) as r:
+            await r.content.readline()
+            first = time.monotonic() - started
+            rest = await r.read()
+            total = time.monotonic() - started
+    assert first < 0.4
+    assert total > 0.9
+    assert rest.endswith(b"data: [DONE]\n\n")
+
+
+async def test_a_client_that_disconnects_cancels_the_upstream_request(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    slow = replace_timing(decode_tokens_per_s=5, time_scale=1.0)
+    sim = await start_sim(timing=slow)
+    router = await start_router(endpoint("ep-a", [sim]))
+    async with aiohttp.ClientSession() as session:
+        body = {"model": "ep-a", "prompt": "hello", "max_tokens": 100, "stream": True}
+        async with session.post(f"{router}/v1/completions", json=body) as r:
+            await r.content.readline()
+            assert metric(await scrape(session, sim), "vllm:num_requests_running") == 1
+        # leaving the block closed the connection mid-stream
+        for _ in range(50):
+            if metric(await scrape(session, sim), "vllm:num_requests_running") == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert metric(await scrape(session, sim), "vllm:num_requests_running") == 0
+
+
+async def test_metrics_add_up_to_what_the_engines_report(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    urls = await pool(start_sim, 3)
+    router = await start_router(endpoint("ep-a", urls))
+    async with aiohttp.ClientSession() as session:
+        for i in range(12):
+            messages = [
+                {"role": "system", "content": LONG_SYSTEM},
+                {"role": "user", "content": f"q{i}"},
+            ]
+            await chat(
+                session,
+                router,
+                messages,
+                stream=bool(i % 2),
+                stream_options={"include_usage": True},
+            )
+        routed = await scrape(session, router)
+        engines = [await scrape(session, url) for url in urls]
+    assert metric(routed, "kvpin_router_prompt_tokens_total") == sum(
+        metric(e, "vllm:prompt_tokens_total") for e in engines
+    )
+    assert (
+        metric(routed, "kvpin_router_cached_prompt_tokens_total")
+        == sum(metric(e, "vllm:prefix_cache_hits_total") for e in engines)
+        > 0
+    )
+    assert metric(routed, "kvpin_router_requests_total", code="200") == 12
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        (b"{oops", 400, "invalid_request"),
+        (b'{"messages": []}', 400, "invalid_request"),
+        (b"[1]", 400, "invalid_request"),
+        (b'{"model": "ep-missing", "prompt": "x"}', 404, "model_not_found"),
+        (b'{"model": "ep-empty", "prompt": "x"}', 503, "no_ready_members"),
+        (b'{"model": "ep-a", "prompt": "' + b"x" * 5000 + b'"}', 413, "request_too_large"),
+    ],
+)
+async def test_bad_input_gets_an_openai_error_and_changes_nothing(
+    start_sim: StartSim, start_router: StartRouter, body: bytes, status: int, code: str
+) -> None:
+    router = await start_router(
+        endpoint("ep-a", [await start_sim()]), endpoint("ep-empty", []), max_body_bytes=4096
+    )
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{router}/v1/completions", data=body) as r:
+            assert r.status == status
+            assert (await r.json())["error"]["code"] == code
+            if status == 503:
+                assert r.headers["Retry-After"]
+        member, _ = await chat(session, router, [{"role": "user", "content": "still there?"}])
+        assert member == "pod-0"
+
+
+async def test_models_health_and_readiness(start_sim: StartSim, start_router: StartRouter) -> None:
+    router = await start_router(endpoint("ep-a", [await start_sim()]), endpoint("ep-b", []))
+    async with openai.AsyncOpenAI(base_url=f"{router}/v1", api_key="x") as client:
+        assert [m.id for m in (await client.models.list()).data] == ["ep-a", "ep-b"]
+    async with aiohttp.ClientSession() as session:
+        for path in ("/healthz", "/readyz"):
+            async with session.get(router + path) as r:
+                assert r.status == 200
+        async with session.get(f"{router}/nope") as r:
+            assert r.status == 404 and "error" in await r.json()
+
+
+async def test_two_router_replicas_make_the_same_choice(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    urls = await pool(start_sim, 4)
+    a = await start_router(endpoint("ep-a", urls))
+    b = await start_router(endpoint("ep-a", list(urls)))
+    async with aiohttp.ClientSession() as session:
+        for i in range(20):
+            messages = [{"role": "user", "content": f"conversation {i}"}]
+            assert (await chat(session, a, messages))[0] == (await chat(session, b, messages))[0]
+
+
+async def test_inbound_authentication(start_sim: StartSim, start_router: StartRouter) -> None:
+    router = await start_router(
+        endpoint("ep-a", [await start_sim()]), auth_tokens=frozenset({"s3cret"})
+    )
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{router}/v1/completions", json={"model": "ep-a", "prompt": "x"}) as r,
+    ):
+        assert r.status == 401
+        assert (await r.json())["error"]["type"] == "authentication_error"
+    async with openai.AsyncOpenAI(base_url=f"{router}/v1", api_key="s3cret") as client:
+        done = await client.completions.create(model="ep-a", prompt="x", max_tokens=1)
+    assert done.usage.completion_tokens == 1
+
+
+async def test_prefix_breaks_are_counted_by_zone(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    router = await start_router(endpoint("ep-a", [await start_sim()]), break_header=True)
+    async with aiohttp.ClientSession() as session:
+        headers = []
+        for minute in range(3):
+            system = f"{SHORT_SYSTEM} The time is 12:0{minute}."  # the careless client
+            messages = [
+                {"role": "system", "content": system},
+                {"role": "user", "content": "Plan my day"},
+            ]
+            body = {"model": "ep-a", "max_tokens": 1, "messages": messages}
+            async with session.post(f"{router}/v1/chat/completions", json=body) as r:
+                headers.append(r.headers.get("X-Kvpin-Prefix-Break"))
+        text = await scrape(session, router)
+    assert headers == [None, "system", "system"]
+    assert metric(text, "kvpin_router_prefix_breaks_total", zone="system") == 2
+
+
+async def test_the_static_file_reloads_without_dropping_requests(
+    start_sim: StartSim, start_router: StartRouter, tmp_path: pathlib.Path
+) -> None:
+    slow = replace_timing(decode_tokens_per_s=10, time_scale=1.0)
+    urls = await pool(start_sim, 3, timing=slow)
+    path = tmp_path / "router.yaml"
+    path.write_text(yaml.safe_dump({"endpoints": {"ep-a": {"members": urls[:1]}}}))
+    membership = StaticMembership(path, interval=0.05)
+    router = await start_router(membership=membership)
+    async with aiohttp.ClientSession() as session:
+        body = {"model": "ep-a", "prompt": "hello", "max_tokens": 8, "stream": True}
+        async with session.post(f"{router}/v1/completions", json=body) as r:
+            path.write_text(yaml.safe_dump({"endpoints": {"ep-a": {"members": urls[1:]}}}))
+            await asyncio.sleep(0.3)
+            assert re.findall(rb"data: ", await r.read())  # the request in flight completed
+        assert [m.name for m in membership.endpoints["ep-a"].config.members] == urls[1:]
+        path.write_text("endpoints: [this is not valid")
+        await asyncio.sleep(0.3)  # a broken file is ignored
+        member, _ = await chat(session, router, [{"role": "user", "content": "hi"}])
+    assert member in urls[1:]
+
+
+async def test_a_restarted_member_keeps_its_keys_at_a_new_address(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    urls = await pool(start_sim, 4)
+    membership = FixedMembership({"ep-a": endpoint("ep-a", urls)})
+    router = await start_router(membership=membership)
+    async with aiohttp.ClientSession() as session:
+        conversations = [[{"role": "user", "content": f"c{i}"}] for i in range(20)]
+        before = [(await chat(session, router, c))[0] for c in conversations]
+        moved = [*urls[:3], await start_sim()]  # pod-3 comes back elsewhere
+        membership.publish({"ep-a": endpoint("ep-a", moved)})
+        after = [(await chat(session, router, c))[0] for c in conversations]
+    assert before == after

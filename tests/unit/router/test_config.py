@@ -1,0 +1,57 @@
+import pytest
+
+from kvpin import api
+from kvpin.router import config
+
+
+def test_the_smallest_static_config() -> None:
+    eps = config.parse_static(
+        {"endpoints": {"ep-support": {"members": ["http://10.0.0.5:8000", "http://10.0.0.6:8000"]}}}
+    )
+    ep = eps["ep-support"]
+    assert ep.members == (
+        api.RingMember("http://10.0.0.5:8000", "10.0.0.5:8000"),
+        api.RingMember("http://10.0.0.6:8000", "10.0.0.6:8000"),
+    )
+    assert ep.routing == config.RoutingConfig()
+
+
+def test_named_members_and_routing() -> None:
+    routing = {"key": "session", "loadFactor": 2, "sessionHeader": "X-Conv", "prefixChars": 512}
+    members = [{"name": "pod-0", "url": "http://[::1]:9000"}]
+    eps = config.parse_static({"endpoints": {"ep": {"members": members, "routing": routing}}})
+    assert eps["ep"].members == (api.RingMember("pod-0", "[::1]:9000"),)
+    assert eps["ep"].routing == config.RoutingConfig("session", 2.0, 160, "X-Conv", 512)
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({}, "`endpoints:`"),
+        ({"endpoints": {"ep": {}}}, "needs `members:`"),
+        ({"endpoints": {"ep": {"members": ["ftp://x"]}}}, "http://host:port"),
+        ({"endpoints": {"ep": {"members": ["http://x:1/path"]}}}, "http://host:port"),
+        ({"endpoints": {"ep": {"members": ["http://x:1", "http://x:1"]}}}, "unique"),
+        ({"endpoints": {"ep": {"members": [], "routing": {"key": "random"}}}}, "routing.key"),
+        ({"endpoints": {"ep": {"members": [], "routing": {"loadFactor": 0.9}}}}, "at least 1"),
+        ({"endpoints": {"bad id!": {"members": []}}}, "endpoint ids"),
+    ],
+)
+def test_bad_configs_say_what_is_wrong(doc, message) -> None:
+    with pytest.raises(config.ConfigError, match=message.replace("(", r"\(")):
+        config.parse_static(doc)
+
+
+def test_endpoint_from_a_cached_endpoint() -> None:
+    body = {
+        "metadata": {"name": "ep-support", "namespace": "prod"},
+        "spec": {"endpointId": "ep-x", "routing": {"key": "endpoint", "loadFactor": 1.5}},
+        "status": {"endpointId": "ep-x", "ring": {"version": "v", "members": [
+            {"name": "ep-support-1", "address": "10.1.0.2:8000"},
+            {"name": "ep-support-0", "address": "10.1.0.1:8000"}]}},
+    }  # fmt: skip
+    ep = config.endpoint_from_resource(body)
+    assert ep.id == "ep-x"
+    assert [m.name for m in ep.members] == ["ep-support-0", "ep-support-1"]
+    assert ep.routing.key == "endpoint"
+    assert config.endpoint_from_resource({"metadata": {"name": "n"}}).members == ()

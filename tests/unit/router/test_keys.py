@@ -1,0 +1,73 @@
+from kvpin.router import keys
+
+SYSTEM = "You are the support agent of a large shop. " * 80  # ~3,500 characters
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"b": 1, "a": 2}}}]
+
+
+def chat(*turns: str, system: str = SYSTEM, tools=TOOLS, **extra) -> dict:
+    messages = [{"role": "system", "content": system}]
+    for i, text in enumerate(turns):
+        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": text})
+    return {"model": "ep", "messages": messages, "tools": tools, **extra}
+
+
+def key(
+    body: dict, mode: str = "prefix", headers: dict | None = None, prefix_chars: int = 2048
+) -> str:
+    zones = keys.parse_zones(body)
+    session = keys.session_of(headers or {}, body, "X-Session-ID")
+    return keys.routing_key(mode, "ep", zones, session, prefix_chars=prefix_chars)
+
+
+def test_every_turn_of_a_conversation_has_the_same_key() -> None:
+    turns = ["Where is my order 1234?", "Let me check.", "Thanks", "It ships tomorrow.", "Great"]
+    assert len({key(chat(*turns[: n + 1])) for n in range(0, 5, 2)}) == 1
+
+
+def test_a_long_shared_system_prompt_shares_the_key() -> None:
+    assert key(chat("What is 2+2?")) == key(chat("Name a color."))
+
+
+def test_with_a_short_system_prompt_conversations_get_their_own_keys() -> None:
+    short = "You are helpful."
+    a = key(chat("What is 2+2?", system=short))
+    b = key(chat("Name a color.", system=short))
+    assert a != b
+    assert key(chat("What is 2+2?", "4", "And 3+3?", system=short)) == a
+
+
+def test_the_head_is_canonical() -> None:
+    reordered = [
+        {"function": {"parameters": {"a": 2, "b": 1}, "name": "lookup"}, "type": "function"}
+    ]
+    assert key(chat("hi", tools=reordered)) == key(chat("hi"))
+    parts = chat("hi")
+    parts["messages"][0]["content"] = [{"type": "text", "text": SYSTEM}]
+    assert key(parts) == key(chat("hi"))
+
+
+def test_session_mode_uses_the_header_then_user_then_the_prefix() -> None:
+    a = key(chat("hi"), "session", {"X-Session-ID": "s-1"})
+    assert a == key(chat("other", system="x"), "session", {"X-Session-ID": "s-1"})
+    assert key(chat("hi", user="u-7"), "session") == key(chat("yo", user="u-7"), "session")
+    assert key(chat("hi"), "session") == key(chat("hi"))
+
+
+def test_endpoint_mode_ignores_the_request() -> None:
+    assert key(chat("a"), "endpoint") == key(chat("b", system="c"), "endpoint")
+
+
+def test_completions_and_odd_bodies_never_raise() -> None:
+    assert key({"model": "ep", "prompt": "hello"}) != key({"model": "ep", "prompt": "bye"})
+    for odd in ({}, {"messages": [1, None, {"content": {"x": 1}}]}, {"prompt": [1, 2]}):
+        assert len(key(odd)) == 16
+
+
+def test_conversation_id_survives_edits_of_the_system_prompt() -> None:
+    a = keys.conversation_id(keys.parse_zones(chat("Where is my order?")), None)
+    b = keys.conversation_id(keys.parse_zones(chat("Where is my order?", system="v2")), None)
+    assert a == b
+    assert keys.conversation_id(keys.parse_zones(chat("Other")), None) != a
+    assert keys.conversation_id(keys.parse_zones(chat("x")), "s-1") == keys.conversation_id(
+        keys.parse_zones(chat("y")), "s-1"
+    )
