@@ -39,7 +39,7 @@ async def start_sim() -> AsyncIterator[StartSim]:
 
     async def start(**fields: Any) -> str:
         fields.setdefault("timing", FAST)
-        fields.setdefault("served_model_names", ("ep-a",))
+        fields.setdefault("served_model_names", ("ep-a", "sim-8b"))
         runner, url = await serve(server.make_app(SimConfig(**fields)))
         runners.append(runner)
         return url
