@@ -37,7 +37,8 @@ KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 GPU_PRODUCT = "NVIDIA-A100-SXM4-80GB"
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on loopback."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -172,7 +173,7 @@ class ControlPlane:
         self.pki = workdir / "pki"
         self.kubeconfig = workdir / "kubeconfig"
         self.logs = workdir / "logs"
-        self.apiserver_port = _free_port()
+        self.apiserver_port = free_port()
         self.server = f"https://127.0.0.1:{self.apiserver_port}"
         self.processes: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.timings: dict[str, float] = {}
@@ -230,7 +231,7 @@ class ControlPlane:
         self.processes.append((name or binary, proc))
 
     def _start_etcd(self) -> None:
-        client, peer = _free_port(), _free_port()
+        client, peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
         data = self.workdir / "etcd"
         shm = pathlib.Path("/dev/shm")
@@ -282,7 +283,7 @@ class ControlPlane:
             f"--kubeconfig={self.kubeconfig}", f"--config={config}",
             f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
             "--cidr=127.1.0.0/16", "--node-ip=127.0.0.1",
-            f"--server-address=127.0.0.1:{_free_port()}",
+            f"--server-address=127.0.0.1:{free_port()}",
         ])  # fmt: skip
 
     # -- waiting --------------------------------------------------------------------------

@@ -5,18 +5,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import time
 
 from tests.controlplane import cluster, kube
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +25,7 @@ class Operator:
 def spawn(plane: cluster.ControlPlane, *args: str) -> Operator:
     """Start a real `kvpin operator` process and wait until its liveness endpoint answers."""
     kvpin = pathlib.Path(sys.executable).parent / "kvpin"
-    liveness, metrics = _free_port(), _free_port()
+    liveness, metrics = cluster.free_port(), cluster.free_port()
     log = plane.logs / f"operator-{liveness}.log"
     proc = subprocess.Popen(
         [str(kvpin), "operator", *args, "--host", "127.0.0.1",
