@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -57,16 +58,28 @@ def running(
     args: Sequence[str], *, health_url: str, cpus: Sequence[int] = ()
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A server process, pinned to `cpus`, healthy on entry and stopped on exit."""
-    proc = subprocess.Popen(
-        pinned(args, cpus), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        wait_http(health_url, proc=proc)
-        yield proc
-    finally:
-        proc.send_signal(signal.SIGINT)
+    with tempfile.TemporaryFile() as output:
+        proc = subprocess.Popen(pinned(args, cpus), stdout=output, stderr=subprocess.STDOUT)
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            wait_http(health_url, proc=proc)
+        except (RuntimeError, TimeoutError) as err:
+            _stop(proc)
+            output.seek(0)
+            tail = output.read()[-2000:].decode(errors="replace")
+            raise RuntimeError(f"{err}; its output ended with:\n{tail}") from err
+        try:
+            yield proc
+        finally:
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT (a graceful stop for aiohttp and Rust servers alike), then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

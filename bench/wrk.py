@@ -77,7 +77,7 @@ def run(
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(post_script(body, headers))
     try:
-        command = ["wrk", "-t1", f"-c{connections}", f"-d{duration_s:g}s", "--latency",
+        command = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration_s))}s", "--latency",
                    "-s", script.name, url]  # fmt: skip
         out = subprocess.run(
             processes.pinned(command, cpus), capture_output=True, text=True, check=True

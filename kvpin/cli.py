@@ -238,6 +238,13 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     sim.add_argument("--connections", type=int, default=32, help="concurrent connections")
     _add_logging(sim)
     sim.set_defaults(run=_run_bench_sim)
+    router = modes.add_parser(
+        "router", help="router throughput and added latency, beside sglang-router if installed"
+    )
+    router.add_argument("--duration", type=float, default=10.0, help="seconds per measurement")
+    router.add_argument("--connections", type=int, default=32, help="concurrent connections")
+    _add_logging(router)
+    router.set_defaults(run=_run_bench_router)
 
 
 def _run_bench_sim(args: argparse.Namespace) -> None:
@@ -245,6 +252,15 @@ def _run_bench_sim(args: argparse.Namespace) -> None:
 
     config = sim_throughput.SimBenchConfig(duration_s=args.duration, connections=args.connections)
     print(sim_throughput.run(config))
+
+
+def _run_bench_router(args: argparse.Namespace) -> None:
+    from kvpin.bench import router_throughput
+
+    config = router_throughput.RouterBenchConfig(
+        duration_s=args.duration, connections=args.connections
+    )
+    print(router_throughput.run(config))
 
 
 def build_parser() -> argparse.ArgumentParser:

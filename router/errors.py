@@ -30,6 +30,10 @@ class UnauthorizedError(RouterError):
     status, type, code = 401, "authentication_error", "invalid_api_key"
 
 
+class NotFoundError(RouterError):
+    status, type, code = 404, "invalid_request_error", "not_found"
+
+
 class UnknownEndpointError(RouterError):
     status, type, code = 404, "invalid_request_error", "model_not_found"
 

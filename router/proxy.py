@@ -257,27 +257,35 @@ class Proxy:
         if broken and self.settings.break_header:
             response.headers[BREAK_HEADER] = broken
         reader = usage.UsageReader(event_stream=upstream.content_type == "text/event-stream")
-        await response.prepare(request)
         idle = self.settings.timeouts.idle
         chunks = upstream.content.iter_any()
         try:
+            await response.prepare(request)
             while True:
-                async with asyncio.timeout(idle):
-                    chunk = await anext(chunks, None)
+                try:
+                    async with asyncio.timeout(idle):
+                        chunk = await anext(chunks, None)
+                except (aiohttp.ClientError, TimeoutError) as err:
+                    # Bytes already reached the client: no retry. Cut the connection so the
+                    # client sees an incomplete response, not one that looks finished.
+                    log.warning(
+                        "%s: upstream %s broke mid-response: %s", ep, member.name,
+                        type(err).__name__,
+                    )  # fmt: skip
+                    self.metrics.errors.labels(ep, "upstream_broken").inc()
+                    if request.transport is not None:
+                        request.transport.abort()
+                    return response
                 if chunk is None:
                     break
                 reader.feed(chunk)
                 await response.write(chunk)
-        except (aiohttp.ClientError, TimeoutError) as err:
-            # Bytes already reached the client: no retry. Cut the connection so the client
-            # sees an incomplete response, not one that looks finished.
-            log.warning("%s: upstream %s broke mid-response: %s", ep, member.name,
-                        type(err).__name__)  # fmt: skip
-            self.metrics.errors.labels(ep, "upstream_broken").inc()
-            if request.transport is not None:
-                request.transport.abort()
+            await response.write_eof()
+        except ConnectionResetError:
+            # The client went away; returning closes the upstream request (see `forward`).
+            log.debug("%s: client disconnected", ep)
+            self.metrics.errors.labels(ep, "client_disconnected").inc()
             return response
-        await response.write_eof()
         self.metrics.requests.labels(ep, member.name, str(upstream.status)).inc()
         self.metrics.latency.labels(ep, member.name).observe(time.monotonic() - started)
         seen = reader.result()

@@ -1,0 +1,158 @@
+"""`kvpin bench router`: the router's throughput on one core, its added latency, and the cost
+of one routing decision, side by side with `sglang-router` when it is installed.
+
+Layout on a 2-core machine: the router under test is pinned to CPU 0; the simulators
+(`--time-scale 0`) and wrk share CPU 1. Every target gets the same simulators and the same
+load in the same run, so the comparison is fair even where the simulators cap the figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import pathlib
+import shutil
+import sys
+import tempfile
+import timeit
+from collections.abc import Iterator
+
+import yaml
+
+from kvpin import api
+from kvpin.bench import processes, wrk
+from kvpin.router import keys, ring
+from kvpin.router.breaks import BreakDetector
+
+SMALL_CHAT = {
+    "model": "ep-a",
+    "max_tokens": 4,
+    "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is the capital of France?"},
+    ],
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterBenchConfig:
+    """Knobs of the router benchmark."""
+
+    duration_s: float = 10.0
+    connections: int = 32
+    sims: int = 2
+    router_cpu: int = 0
+    load_cpu: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    target: str
+    throughput: wrk.Result
+    latency: wrk.Result
+
+
+def decision_cost(prompt_bytes: int = 32 * 1024, members: int = 8) -> float:
+    """Seconds for one routing decision on a chat body of `prompt_bytes`: JSON parse, zones,
+    prefix key, conversation id, prefix-break check and the bounded-load ring walk."""
+    words = ("lorem ipsum dolor sit amet consectetur adipiscing elit " * 1000)[: prompt_bytes // 2]
+    messages = [{"role": "system", "content": words}, {"role": "user", "content": words}]
+    body = json.dumps({"model": "ep-a", "messages": messages}).encode()
+    pods = [api.RingMember(f"pod-{i}", f"10.0.0.{i}:8000") for i in range(members)]
+    the_ring = ring.EndpointRing(pods)
+    detector = BreakDetector()
+
+    def decide() -> None:
+        zones = keys.parse_zones(json.loads(body))
+        conversation = keys.conversation_id(zones, None)
+        key = keys.routing_key("prefix", "ep-a", zones, None, prefix_chars=2048)
+        detector.observe(conversation, zones)
+        the_ring.pick(key, {}, load_factor=1.25)
+
+    runs = 2000
+    return min(timeit.repeat(decide, number=runs, repeat=3)) / runs
+
+
+def _targets(urls: list[str], tmp: pathlib.Path) -> Iterator[tuple[str, list[str]]]:
+    """Each router to measure and its command line, each on a fresh port."""
+    config = tmp / "router.yaml"
+    config.write_text(yaml.safe_dump({"endpoints": {"ep-a": {"members": urls}}}))
+    yield "kvpin router", [
+        *processes.kvpin_command(), "router", "--config", str(config),
+        "--host", "127.0.0.1", "--port", str(processes.free_port()), "--log-level", "WARNING",
+    ]  # fmt: skip
+    peer = shutil.which("sglang-router") or str(
+        pathlib.Path(sys.executable).parent / "sglang-router"
+    )
+    if pathlib.Path(peer).exists():
+        for policy in ("cache_aware", "round_robin"):
+            yield f"sglang-router ({policy})", [
+                peer, "launch", "--host", "127.0.0.1", "--port", str(processes.free_port()),
+                "--policy", policy, "--prometheus-port", str(processes.free_port()),
+                "--log-level", "warn", "--worker-urls", *urls,
+            ]  # fmt: skip
+
+
+def run(config: RouterBenchConfig) -> str:
+    """Run the benchmark; the markdown report."""
+    if not wrk.available():
+        raise SystemExit("kvpin bench router needs wrk: apt-get install wrk")
+    rows: list[Row] = []
+    with contextlib.ExitStack() as stack:
+        urls = []
+        for _ in range(config.sims):
+            port = processes.free_port()
+            url = f"http://127.0.0.1:{port}"
+            stack.enter_context(processes.running(
+                [*processes.kvpin_command(), "sim", "--port", str(port), "--time-scale", "0",
+                 "--served-model-name", "ep-a", "--log-level", "WARNING"],
+                health_url=f"{url}/health", cpus=[config.load_cpu],
+            ))  # fmt: skip
+            urls.append(url)
+        rows.append(_measure("direct to one sim", urls[0], config))
+        tmp = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        for name, command in _targets(urls, tmp):
+            base = f"http://127.0.0.1:{command[command.index('--port') + 1]}"
+            path = "/healthz" if name == "kvpin router" else "/health"
+            with processes.running(command, health_url=base + path, cpus=[config.router_cpu]):
+                rows.append(_measure(name, base, config))
+    return format_report(rows, decision_cost(), config)
+
+
+def _measure(name: str, base: str, config: RouterBenchConfig) -> Row:
+    url = f"{base}/v1/chat/completions"
+    cpus = [config.load_cpu]
+    wrk.run(url, SMALL_CHAT, duration_s=1, connections=config.connections, cpus=cpus)
+    throughput = wrk.run(url, SMALL_CHAT, duration_s=config.duration_s,
+                         connections=config.connections, cpus=cpus)  # fmt: skip
+    latency = wrk.run(url, SMALL_CHAT, duration_s=config.duration_s / 2, connections=1, cpus=cpus)
+    return Row(name, throughput, latency)
+
+
+def format_report(rows: list[Row], decision_s: float, config: RouterBenchConfig) -> str:
+    """The table, the decision cost and the command."""
+    direct = rows[0].latency.latency_s.get(50, 0.0)
+    lines = [
+        f"| target | requests/s ({config.connections} conns) | p50 ms (1 conn) | p99 ms (1 conn) "
+        "| added p50 ms | errors |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        p50 = row.latency.latency_s.get(50, 0.0)
+        added = "—" if row is rows[0] else f"{(p50 - direct) * 1e3:.2f}"
+        lines.append(
+            f"| {row.target} | {row.throughput.requests_per_s:,.0f} | {p50 * 1e3:.2f} "
+            f"| {row.latency.latency_s.get(99, 0.0) * 1e3:.2f} | {added} "
+            f"| {row.throughput.errors + row.latency.errors} |"
+        )
+    lines += [
+        "",
+        f"Routing decision for a 32 KB chat body (parse, keys, break check, ring walk): "
+        f"{decision_s * 1e6:.0f} µs",
+        "",
+        f"`kvpin bench router --duration {config.duration_s:g} --connections "
+        f"{config.connections}` (routers on CPU {config.router_cpu}; {config.sims} sims and wrk "
+        f"on CPU {config.load_cpu}; Python {sys.version.split()[0]})",
+    ]
+    return "\n".join(lines)
