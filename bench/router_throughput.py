@@ -21,18 +21,11 @@ from collections.abc import Iterator
 import yaml
 
 from kvpin import api
-from kvpin.bench import processes, wrk
+from kvpin.bench import bodies, processes, wrk
 from kvpin.router import keys, ring
 from kvpin.router.breaks import BreakDetector
 
-SMALL_CHAT = {
-    "model": "ep-a",
-    "max_tokens": 4,
-    "messages": [
-        {"role": "system", "content": "You are a helpful assistant."},
-        {"role": "user", "content": "What is the capital of France?"},
-    ],
-}
+SMALL_CHAT = bodies.small_chat("ep-a")
 
 
 @dataclasses.dataclass(frozen=True)

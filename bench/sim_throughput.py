@@ -10,16 +10,9 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from kvpin.bench import processes, wrk
+from kvpin.bench import bodies, processes, wrk
 
-SMALL_CHAT = {
-    "model": "sim-8b",
-    "max_tokens": 4,
-    "messages": [
-        {"role": "system", "content": "You are a helpful assistant."},
-        {"role": "user", "content": "What is the capital of France?"},
-    ],
-}
+SMALL_CHAT = bodies.small_chat("sim-8b")
 
 
 @dataclasses.dataclass(frozen=True)

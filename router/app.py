@@ -11,10 +11,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-import prometheus_client
 from aiohttp import web
 
-from kvpin import logs
+from kvpin import exposition, logs
 from kvpin.router import errors
 from kvpin.router.config import ProxySettings
 from kvpin.router.membership.base import Membership
@@ -76,11 +75,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    registry = request.app[PROXY].metrics.registry
-    return web.Response(
-        body=prometheus_client.generate_latest(registry),
-        headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST},
-    )
+    return exposition.metrics_response(request.app[PROXY].metrics.registry)
 
 
 def make_app(membership: Membership, settings: ProxySettings) -> web.Application:

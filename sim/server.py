@@ -16,10 +16,9 @@ import random
 import time
 from typing import Any
 
-import prometheus_client
 from aiohttp import web
 
-from kvpin import logs
+from kvpin import exposition, logs
 from kvpin.sim import cache as caching
 from kvpin.sim import protocol, tokens
 from kvpin.sim.config import SimConfig
@@ -211,11 +210,7 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    registry = request.app[SIMULATOR].metrics.registry
-    return web.Response(
-        body=prometheus_client.generate_latest(registry),
-        headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST},
-    )
+    return exposition.metrics_response(request.app[SIMULATOR].metrics.registry)
 
 
 async def reset_prefix_cache(request: web.Request) -> web.Response:
