@@ -75,16 +75,27 @@ def _targets(urls: list[str], tmp: pathlib.Path) -> Iterator[tuple[str, list[str
         *processes.kvpin_command(), "router", "--config", str(config),
         "--host", "127.0.0.1", "--port", str(processes.free_port()), "--log-level", "WARNING",
     ]  # fmt: skip
-    peer = shutil.which("sglang-router") or str(
-        pathlib.Path(sys.executable).parent / "sglang-router"
-    )
-    if pathlib.Path(peer).exists():
-        for policy in ("cache_aware", "round_robin"):
-            yield f"sglang-router ({policy})", [
-                peer, "launch", "--host", "127.0.0.1", "--port", str(processes.free_port()),
+    peers = {
+        # name: (subcommand, log level, policies)
+        "sglang-router": (["launch"], "warn", ("cache_aware", "round_robin")),
+        "vllm-router": ([], "warning", ("cache_aware", "consistent_hash")),
+    }
+    for name, (subcommand, level, policies) in peers.items():
+        peer = find_peer(name)
+        if peer is None:
+            continue
+        for policy in policies:
+            yield f"{name} ({policy})", [
+                peer, *subcommand, "--host", "127.0.0.1", "--port", str(processes.free_port()),
                 "--policy", policy, "--prometheus-port", str(processes.free_port()),
-                "--log-level", "warn", "--worker-urls", *urls,
+                "--log-level", level, "--worker-urls", *urls,
             ]  # fmt: skip
+
+
+def find_peer(name: str) -> str | None:
+    """A peer router's executable: on PATH or beside this Python."""
+    beside = pathlib.Path(sys.executable).parent / name
+    return shutil.which(name) or (str(beside) if beside.exists() else None)
 
 
 def run(config: RouterBenchConfig) -> str:
