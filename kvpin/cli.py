@@ -238,6 +238,14 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     sim.add_argument("--connections", type=int, default=32, help="concurrent connections")
     _add_logging(sim)
     sim.set_defaults(run=_run_bench_sim)
+    workload = modes.add_parser(
+        "workload", help="replay agent conversations through each routing policy and compare"
+    )
+    _add_workload_flags(workload)
+    workload.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    workload.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
+    _add_logging(workload)
+    workload.set_defaults(run=_run_bench_workload)
     router = modes.add_parser(
         "router", help="router throughput and added latency, beside sglang-router if installed"
     )
@@ -252,6 +260,102 @@ def _run_bench_sim(args: argparse.Namespace) -> None:
 
     config = sim_throughput.SimBenchConfig(duration_s=args.duration, connections=args.connections)
     print(sim_throughput.run(config))
+
+
+def _add_workload_flags(
+    parser: argparse.ArgumentParser, *, conversations: int = 48, turns: int = 6
+) -> None:
+    from kvpin.bench import runner, workloads
+
+    w = workloads.WorkloadConfig()
+    b = runner.BenchConfig()
+    add = parser.add_argument
+    add("--variant", choices=workloads.VARIANTS, default=w.variant, help="workload shape")
+    add("--conversations", type=int, default=conversations, help="conversations replayed")
+    add("--turns", type=int, default=turns, help="turns per conversation")
+    add("--agents", type=int, default=w.agents, help="distinct system prompts and tool sets")
+    add("--system-words", type=int, default=w.system_words, help="system prompt length")
+    add("--tools", type=int, default=w.tool_count, help="tool schemas per agent")
+    add("--user-words", type=int, default=w.user_words, help="length of each user turn")
+    add("--answer-tokens", type=int, default=w.answer_tokens, help="max_tokens of each turn")
+    add("--endpoints", type=int, default=w.endpoints, help="endpoints (Zipf-skewed popularity)")
+    add("--seed", type=int, default=w.seed, help="workload seed")
+    add("--pods", type=int, default=b.pods, help="simulators per endpoint")
+    add("--cache-blocks", type=int, default=b.cache_blocks, help="KV blocks per simulator")
+    add("--prefill-tps", type=float, default=b.prefill_tps, help="simulated prefill tokens/s")
+    add("--decode-tps", type=float, default=b.decode_tps, help="simulated decode tokens/s")
+    add("--time-scale", type=float, default=b.time_scale, help="simulated time multiplier")
+    add("--concurrency", type=int, default=b.concurrency, help="conversations at once")
+    add("--prefix-chars", type=int, default=b.prefix_chars, help="kvpin routing.prefixChars")
+    add(
+        "--policies",
+        default=",".join(b.policies),
+        help="comma-separated: kvpin, kvpin-session, kvpin-endpoint, random, round-robin, "
+        "least-inflight, sglang-router:cache_aware, sglang-router:round_robin, "
+        "vllm-router:cache_aware, vllm-router:consistent_hash",
+    )
+
+
+def _bench_config(args: argparse.Namespace) -> object:
+    from kvpin.bench import runner, workloads
+
+    return runner.BenchConfig(
+        workload=workloads.WorkloadConfig(
+            variant=args.variant, conversations=args.conversations, turns=args.turns,
+            agents=args.agents, system_words=args.system_words, tool_count=args.tools,
+            user_words=args.user_words, answer_tokens=args.answer_tokens,
+            endpoints=args.endpoints, seed=args.seed,
+        ),
+        pods=args.pods, cache_blocks=args.cache_blocks, prefill_tps=args.prefill_tps,
+        decode_tps=args.decode_tps, time_scale=args.time_scale, concurrency=args.concurrency,
+        prefix_chars=args.prefix_chars,
+        policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
+    )  # fmt: skip
+
+
+def _run_bench_workload(args: argparse.Namespace) -> None:
+    import pathlib
+
+    from kvpin.bench import progress, report, runner
+
+    summaries = runner.run(_bench_config(args), progress=progress.ProgressBar())  # type: ignore[arg-type]
+    print(report.markdown(summaries))
+    if args.json:
+        pathlib.Path(args.json).write_text(report.to_json(summaries))
+    if args.chart and not report.chart(summaries, pathlib.Path(args.chart)):
+        print("no chart: matplotlib is not installed (pip install 'kvpin[charts]')")
+
+
+def _demo_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser(
+        "demo",
+        help="show cache-affinity routing on a laptop: simulated pool, router, baselines",
+        description="Start a pool of `kvpin sim` engines with finite caches and a `kvpin "
+        "router`, replay multi-turn agent conversations through several routing policies, "
+        "and print what each achieves. No cluster, no GPU.",
+    )
+    _add_workload_flags(parser, conversations=24, turns=5)
+    parser.add_argument("--chart", metavar="PNG", default="kvpin-demo.png", help="chart file")
+    _add_logging(parser)
+    parser.set_defaults(run=_run_demo, log_level="WARNING")
+
+
+def _run_demo(args: argparse.Namespace) -> None:
+    import pathlib
+
+    from kvpin.bench import progress, report, runner
+
+    config = _bench_config(args)
+    print(f"kvpin demo: {args.conversations} conversations x {args.turns} turns, "
+          f"{args.pods} simulated pods with {args.cache_blocks} cache blocks each")  # fmt: skip
+    summaries = runner.run(config, progress=progress.ProgressBar())  # type: ignore[arg-type]
+    print()
+    print(report.markdown(summaries))
+    best = summaries[0]
+    print(f"\n{best.policy}: {best.of_bound:.0%} of the infinite-cache hit rate; "
+          f"TTFT p99 {best.ttft_p99_s * 1e3:.0f} ms")  # fmt: skip
+    if report.chart(summaries, pathlib.Path(args.chart)):
+        print(f"chart: {args.chart}")
 
 
 def _run_bench_router(args: argparse.Namespace) -> None:
@@ -274,6 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     _router_parser(sub)
     _sim_parser(sub)
     _bench_parser(sub)
+    _demo_parser(sub)
     return parser
 
 

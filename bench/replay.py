@@ -1,0 +1,111 @@
+"""Replaying a workload against a target: every conversation's turns in order, many
+conversations at once, each answer fed into the next turn as a real client would.
+
+I/O (aiohttp on loopback). Requests stream; TTFT is the time to the first content chunk; the
+usage of the last chunk gives prompt and cached tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from kvpin.bench import workloads
+from kvpin.bench.scoring import Record
+from kvpin.bench.targets import Target
+
+
+@dataclasses.dataclass
+class Replay:
+    """What a replay produced: records, the bodies in the order sent, its duration."""
+
+    records: list[Record] = dataclasses.field(default_factory=list)
+    bodies: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    makespan_s: float = 0.0
+
+
+async def _send(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], session_id: str
+) -> tuple[Record, str]:
+    started = time.monotonic()
+    ttft = None
+    text: list[str] = []
+    usage: dict[str, Any] = {}
+    try:
+        async with session.post(
+            f"{url}/v1/chat/completions", json=body, headers={"X-Session-ID": session_id}
+        ) as response:
+            if response.status != 200:
+                await response.read()
+                raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
+            async for line in response.content:
+                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                    continue
+                event = json.loads(line[6:])
+                for choice in event.get("choices") or []:
+                    content = (choice.get("delta") or {}).get("content")
+                    if content:
+                        ttft = ttft if ttft is not None else time.monotonic() - started
+                        text.append(content)
+                usage = event.get("usage") or usage
+    except (TimeoutError, aiohttp.ClientError, ValueError):
+        return Record(body["model"], started, 0.0, 0, 0, False), ""
+    details = usage.get("prompt_tokens_details") or {}
+    record = Record(
+        endpoint=body["model"],
+        started=started,
+        ttft_s=ttft if ttft is not None else time.monotonic() - started,
+        prompt_tokens=int(usage.get("prompt_tokens", 0)),
+        cached_tokens=int(details.get("cached_tokens", 0)),
+        ok=bool(usage),
+    )
+    return record, "".join(text)
+
+
+async def replay(
+    workload: workloads.Workload,
+    target: Target,
+    *,
+    concurrency: int,
+    progress: Callable[[int], None] = lambda n: None,
+) -> Replay:
+    """Run every conversation; at most `concurrency` of them at once."""
+    result = Replay()
+    queue: asyncio.Queue[workloads.Conversation] = asyncio.Queue()
+    for conversation in workload.conversations:
+        queue.put_nowait(conversation)
+    clock = iter(range(10**9))
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        while not queue.empty():
+            conversation = queue.get_nowait()
+            answers: list[str] = []
+            for _ in conversation.user_turns:
+                body = workloads.build_request(
+                    workload, conversation, answers, clock=f"12:00:{next(clock):06d}"
+                )
+                url = target.pick(conversation.endpoint)
+                result.bodies.append(body)
+                try:
+                    record, answer = await _send(session, url, body, conversation.id)
+                finally:
+                    target.done(url)
+                result.records.append(record)
+                progress(1)
+                if not record.ok:
+                    break  # a conversation whose turn failed cannot go on honestly
+                answers.append(answer)
+
+    started = time.monotonic()
+    timeout = aiohttp.ClientTimeout(total=300)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+    result.makespan_s = time.monotonic() - started
+    return result

@@ -1,0 +1,67 @@
+"""Benchmark results as a markdown table, JSON, and (with matplotlib) a PNG chart."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+from collections.abc import Sequence
+
+from kvpin.bench.scoring import Summary
+
+
+def markdown(summaries: Sequence[Summary]) -> str:
+    """One row per policy."""
+    lines = [
+        "| policy | token hit rate | infinite-cache bound | of bound | TTFT p50 ms | TTFT p99 ms "
+        "| makespan s | req/s | spread (max/mean) | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in summaries:
+        lines.append(
+            f"| {s.policy} | {s.hit_rate:.1%} | {s.bound:.1%} | {s.of_bound:.1%} "
+            f"| {s.ttft_p50_s * 1e3:.1f} | {s.ttft_p99_s * 1e3:.1f} | {s.makespan_s:.2f} "
+            f"| {s.throughput_rps:.1f} | {s.spread:.2f} | {s.errors} |"
+        )
+    return "\n".join(lines)
+
+
+def to_json(summaries: Sequence[Summary]) -> str:
+    """The summaries as JSON (NaN as null)."""
+    rows = [
+        {k: (None if isinstance(v, float) and math.isnan(v) else v)
+         for k, v in {**dataclasses.asdict(s), "of_bound": s.of_bound}.items()}
+        for s in summaries
+    ]  # fmt: skip
+    return json.dumps(rows, indent=2)
+
+
+def chart(summaries: Sequence[Summary], path: pathlib.Path) -> bool:
+    """Write a PNG of hit rate (against the bound), TTFT p99 and spread; False without
+    matplotlib (`pip install 'kvpin[charts]'`)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    names = [s.policy for s in summaries]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    axes[0].bar(names, [s.hit_rate * 100 for s in summaries], color="#4c72b0")
+    axes[0].axhline(summaries[0].bound * 100, color="black", linestyle="--", label="bound")
+    axes[0].set_title("token hit rate, %")
+    axes[0].legend()
+    axes[1].bar(names, [s.ttft_p99_s * 1e3 for s in summaries], color="#dd8452")
+    axes[1].set_title("TTFT p99, ms")
+    axes[2].bar(names, [s.spread for s in summaries], color="#55a868")
+    axes[2].axhline(1.15, color="black", linestyle="--", label="target 1.15")
+    axes[2].set_title("load spread, max/mean")
+    axes[2].legend()
+    for ax in axes:
+        ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True

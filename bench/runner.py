@@ -1,0 +1,165 @@
+"""The workload benchmark: a pool of simulators per endpoint, each policy in turn in front of
+the same pools, the same conversations replayed through each, scored against the bound.
+
+I/O: starts and stops every process itself (also on Ctrl-C: they are context-managed and get
+SIGINT). Between policies the simulators' caches are flushed, so each policy starts cold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import pathlib
+import re
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+
+import yaml
+
+from kvpin.bench import processes, replay, router_throughput, scoring, targets, workloads
+
+KVPIN_POLICIES = ("kvpin", "kvpin-session", "kvpin-endpoint")
+PEER_POLICIES = (
+    "sglang-router:cache_aware", "sglang-router:round_robin",
+    "vllm-router:cache_aware", "vllm-router:consistent_hash",
+)  # fmt: skip
+DEFAULT_POLICIES = ("kvpin", "random", "round-robin", "least-inflight")
+_SUCCESS = re.compile(r"^vllm:request_success_total\{[^}]*\} ([\d.e+]+)$", re.MULTILINE)
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchConfig:
+    """Everything one benchmark run varies."""
+
+    workload: workloads.WorkloadConfig = workloads.WorkloadConfig()
+    pods: int = 4
+    """Simulators per endpoint."""
+    cache_blocks: int = 600
+    """KV-cache blocks of 16 tokens per simulator (a 40Gi reservation of an 8B model is 20,480)."""
+    prefill_tps: float = 10_000.0
+    decode_tps: float = 50.0
+    time_scale: float = 0.05
+    concurrency: int = 8
+    prefix_chars: int = 2048
+    """The kvpin router's `routing.prefixChars`."""
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+
+
+def available_policies(policies: Sequence[str]) -> list[str]:
+    """The requested policies whose software is installed (peers are optional)."""
+    out = []
+    for policy in policies:
+        name = policy.split(":")[0]
+        if policy in PEER_POLICIES and router_throughput.find_peer(name) is None:
+            continue
+        out.append(policy)
+    return out
+
+
+def _requests_served(url: str) -> int:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
+        return int(sum(float(v) for v in _SUCCESS.findall(r.read().decode())))
+
+
+def _flush(url: str) -> None:
+    request = urllib.request.Request(f"{url}/reset_prefix_cache", method="POST")
+    with urllib.request.urlopen(request, timeout=5):
+        pass
+
+
+@contextlib.contextmanager
+def _pools(config: BenchConfig, endpoints: Sequence[str]) -> Iterator[dict[str, list[str]]]:
+    with contextlib.ExitStack() as stack:
+        pools: dict[str, list[str]] = {}
+        for endpoint in endpoints:
+            for _ in range(config.pods):
+                port = processes.free_port()
+                url = f"http://127.0.0.1:{port}"
+                stack.enter_context(processes.running(
+                    [*processes.kvpin_command(), "sim", "--port", str(port),
+                     "--served-model-name", endpoint, "--kv-cache-blocks", str(config.cache_blocks),
+                     "--prefill-tps", str(config.prefill_tps), "--decode-tps", str(config.decode_tps),
+                     "--time-scale", str(config.time_scale), "--log-level", "WARNING"],
+                    health_url=f"{url}/health",
+                ))  # fmt: skip
+                pools.setdefault(endpoint, []).append(url)
+        yield pools
+
+
+@contextlib.contextmanager
+def _target(
+    policy: str, pools: dict[str, list[str]], tmp: pathlib.Path, *, prefix_chars: int
+) -> Iterator[targets.Target]:
+    if policy in targets.BASELINES:
+        yield targets.Baseline(policy, pools)
+        return
+    if policy in KVPIN_POLICIES:
+        key = policy.partition("-")[2] or "prefix"
+        config = tmp / f"{policy}.yaml"
+        config.write_text(yaml.safe_dump({"endpoints": {
+            ep: {"members": urls, "routing": {"key": key, "prefixChars": prefix_chars}}
+            for ep, urls in pools.items()}}))  # fmt: skip
+        port = processes.free_port()
+        url = f"http://127.0.0.1:{port}"
+        with processes.running(
+            [*processes.kvpin_command(), "router", "--config", str(config), "--host", "127.0.0.1",
+             "--port", str(port), "--log-level", "WARNING"],
+            health_url=f"{url}/readyz",
+        ):  # fmt: skip
+            yield targets.Routed(dict.fromkeys(pools, url))
+        return
+    name, _, peer_policy = policy.partition(":")
+    executable = router_throughput.find_peer(name)
+    if executable is None:
+        raise SystemExit(f"{name} is not installed (pip install {name})")
+    with contextlib.ExitStack() as stack:
+        urls = {}
+        for endpoint, members in pools.items():
+            port = processes.free_port()
+            command = [executable, *(["launch"] if name == "sglang-router" else []),
+                       "--host", "127.0.0.1", "--port", str(port), "--policy", peer_policy,
+                       "--prometheus-port", str(processes.free_port()),
+                       "--log-level", "warn" if name == "sglang-router" else "warning",
+                       "--worker-urls", *members]  # fmt: skip
+            stack.enter_context(
+                processes.running(command, health_url=f"http://127.0.0.1:{port}/health")
+            )
+            urls[endpoint] = f"http://127.0.0.1:{port}"
+        yield targets.Routed(urls)
+
+
+def run(
+    config: BenchConfig, *, progress: Callable[[str, int, int], None] = lambda p, d, t: None
+) -> list[scoring.Summary]:
+    """Run every policy; their summaries in order."""
+    workload = workloads.generate(config.workload)
+    total = len(workload.conversations) * config.workload.turns
+    summaries = []
+    with _pools(config, workload.endpoints) as pools, tempfile.TemporaryDirectory() as tmp:
+        for policy in available_policies(config.policies):
+            for url in (u for urls in pools.values() for u in urls):
+                _flush(url)
+            before = {u: _requests_served(u) for urls in pools.values() for u in urls}
+            done = 0
+
+            def tick(n: int, policy: str = policy) -> None:
+                nonlocal done
+                done += n
+                progress(policy, done, total)
+
+            with _target(
+                policy, pools, pathlib.Path(tmp), prefix_chars=config.prefix_chars
+            ) as target:
+                result = asyncio.run(
+                    replay.replay(workload, target, concurrency=config.concurrency, progress=tick)
+                )
+            per_pod = {u: _requests_served(u) - before[u] for u in before}
+            summaries.append(scoring.summarize(
+                policy, result.records, bound=scoring.infinite_cache_hits(result.bodies),
+                makespan_s=result.makespan_s, per_pod=per_pod,
+            ))  # fmt: skip
+            time.sleep(0.2)
+    return summaries
