@@ -45,6 +45,8 @@ class BenchConfig:
     concurrency: int = 8
     prefix_chars: int = 2048
     """The kvpin router's `routing.prefixChars`."""
+    load_factor: float = 1.25
+    """The kvpin router's `routing.loadFactor`."""
     policies: tuple[str, ...] = DEFAULT_POLICIES
 
 
@@ -91,7 +93,7 @@ def _pools(config: BenchConfig, endpoints: Sequence[str]) -> Iterator[dict[str, 
 
 @contextlib.contextmanager
 def _target(
-    policy: str, pools: dict[str, list[str]], tmp: pathlib.Path, *, prefix_chars: int
+    policy: str, pools: dict[str, list[str]], tmp: pathlib.Path, *, routing: dict[str, float]
 ) -> Iterator[targets.Target]:
     if policy in targets.BASELINES:
         yield targets.Baseline(policy, pools)
@@ -100,7 +102,7 @@ def _target(
         key = policy.partition("-")[2] or "prefix"
         config = tmp / f"{policy}.yaml"
         config.write_text(yaml.safe_dump({"endpoints": {
-            ep: {"members": urls, "routing": {"key": key, "prefixChars": prefix_chars}}
+            ep: {"members": urls, "routing": {"key": key, **routing}}
             for ep, urls in pools.items()}}))  # fmt: skip
         port = processes.free_port()
         url = f"http://127.0.0.1:{port}"
@@ -151,7 +153,10 @@ def run(
                 progress(policy, done, total)
 
             with _target(
-                policy, pools, pathlib.Path(tmp), prefix_chars=config.prefix_chars
+                policy,
+                pools,
+                pathlib.Path(tmp),
+                routing={"prefixChars": config.prefix_chars, "loadFactor": config.load_factor},
             ) as target:
                 result = asyncio.run(
                     replay.replay(workload, target, concurrency=config.concurrency, progress=tick)

@@ -287,6 +287,7 @@ def _add_workload_flags(
     add("--time-scale", type=float, default=b.time_scale, help="simulated time multiplier")
     add("--concurrency", type=int, default=b.concurrency, help="conversations at once")
     add("--prefix-chars", type=int, default=b.prefix_chars, help="kvpin routing.prefixChars")
+    add("--load-factor", type=float, default=b.load_factor, help="kvpin routing.loadFactor")
     add(
         "--policies",
         default=",".join(b.policies),
@@ -308,7 +309,7 @@ def _bench_config(args: argparse.Namespace) -> object:
         ),
         pods=args.pods, cache_blocks=args.cache_blocks, prefill_tps=args.prefill_tps,
         decode_tps=args.decode_tps, time_scale=args.time_scale, concurrency=args.concurrency,
-        prefix_chars=args.prefix_chars,
+        prefix_chars=args.prefix_chars, load_factor=args.load_factor,
         policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
     )  # fmt: skip
 
