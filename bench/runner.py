@@ -28,13 +28,14 @@ PEER_POLICIES = (
 )  # fmt: skip
 DEFAULT_POLICIES = ("kvpin", "random", "round-robin", "least-inflight")
 _SUCCESS = re.compile(r"^vllm:request_success_total\{[^}]*\} ([\d.e+]+)$", re.MULTILINE)
+_BREAKS = re.compile(r"^kvpin_router_prefix_breaks_total\{[^}]*\} ([\d.e+]+)$", re.MULTILINE)
 
 
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
     """Everything one benchmark run varies."""
 
-    workload: workloads.WorkloadConfig = workloads.WorkloadConfig()
+    workload: workloads.WorkloadConfig = dataclasses.field(default_factory=workloads.WorkloadConfig)
     pods: int = 4
     """Simulators per endpoint."""
     cache_blocks: int = 600
@@ -61,9 +62,13 @@ def available_policies(policies: Sequence[str]) -> list[str]:
     return out
 
 
-def _requests_served(url: str) -> int:
+def _scrape_sum(url: str, pattern: re.Pattern[str]) -> int:
     with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
-        return int(sum(float(v) for v in _SUCCESS.findall(r.read().decode())))
+        return int(sum(float(v) for v in pattern.findall(r.read().decode())))
+
+
+def _requests_served(url: str) -> int:
+    return _scrape_sum(url, _SUCCESS)
 
 
 def _flush(url: str) -> None:
@@ -80,13 +85,14 @@ def _pools(config: BenchConfig, endpoints: Sequence[str]) -> Iterator[dict[str, 
             for _ in range(config.pods):
                 port = processes.free_port()
                 url = f"http://127.0.0.1:{port}"
-                stack.enter_context(processes.running(
-                    [*processes.kvpin_command(), "sim", "--port", str(port),
-                     "--served-model-name", endpoint, "--kv-cache-blocks", str(config.cache_blocks),
-                     "--prefill-tps", str(config.prefill_tps), "--decode-tps", str(config.decode_tps),
-                     "--time-scale", str(config.time_scale), "--log-level", "WARNING"],
-                    health_url=f"{url}/health",
-                ))  # fmt: skip
+                command = [
+                    *processes.kvpin_command(), "sim", "--port", str(port),
+                    "--served-model-name", endpoint, "--kv-cache-blocks", str(config.cache_blocks),
+                    "--prefill-tps", str(config.prefill_tps),
+                    "--decode-tps", str(config.decode_tps),
+                    "--time-scale", str(config.time_scale), "--log-level", "WARNING",
+                ]  # fmt: skip
+                stack.enter_context(processes.running(command, health_url=f"{url}/health"))
                 pools.setdefault(endpoint, []).append(url)
         yield pools
 
@@ -161,10 +167,13 @@ def run(
                 result = asyncio.run(
                     replay.replay(workload, target, concurrency=config.concurrency, progress=tick)
                 )
+                breaks = None
+                if policy in KVPIN_POLICIES and isinstance(target, targets.Routed):
+                    breaks = _scrape_sum(next(iter(target.urls.values())), _BREAKS)
             per_pod = {u: _requests_served(u) - before[u] for u in before}
             summaries.append(scoring.summarize(
                 policy, result.records, bound=scoring.infinite_cache_hits(result.bodies),
-                makespan_s=result.makespan_s, per_pod=per_pod,
+                makespan_s=result.makespan_s, per_pod=per_pod, prefix_breaks=breaks,
             ))  # fmt: skip
             time.sleep(0.2)
     return summaries

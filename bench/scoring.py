@@ -77,6 +77,8 @@ class Summary:
     makespan_s: float
     throughput_rps: float
     spread: float
+    prefix_breaks: int | None = None
+    """Turns the kvpin router saw break their conversation's prefix (None: not measured)."""
 
     @property
     def of_bound(self) -> float:
@@ -90,6 +92,7 @@ def summarize(
     bound: tuple[int, int],
     makespan_s: float,
     per_pod: Mapping[str, int],
+    prefix_breaks: int | None = None,
 ) -> Summary:
     """The figures of one replay."""
     ok = [r for r in records if r.ok]
@@ -106,4 +109,5 @@ def summarize(
         makespan_s=makespan_s,
         throughput_rps=len(ok) / makespan_s if makespan_s else math.nan,
         spread=spread(per_pod),
+        prefix_breaks=prefix_breaks,
     )

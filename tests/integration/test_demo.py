@@ -1,0 +1,70 @@
+"""`kvpin demo` end to end: real simulators, a real router, a tiny workload."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+KVPIN = pathlib.Path(sys.executable).parent / "kvpin"
+TINY = ["--conversations", "8", "--turns", "4", "--pods", "2", "--agents", "2",
+        "--system-words", "120", "--cache-blocks", "300", "--time-scale", "0.02",
+        "--concurrency", "4"]  # fmt: skip
+
+
+def marked_processes(mark: str) -> list[int]:
+    """PIDs of live processes whose environment carries `mark`."""
+    found = []
+    for environ in pathlib.Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"KVPIN_TEST_MARK={mark}".encode() in environ.read_bytes():
+                found.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def hit_rates(table: str) -> dict[str, float]:
+    rows = re.findall(r"^\| (\S+) \| ([\d.]+)% \|", table, re.MULTILINE)
+    return {policy: float(rate) for policy, rate in rows}
+
+
+def test_the_demo_beats_random_and_cleans_up(tmp_path: pathlib.Path) -> None:
+    mark = uuid.uuid4().hex
+    chart = tmp_path / "demo.png"
+    out = subprocess.run(
+        [str(KVPIN), "demo", *TINY, "--policies", "kvpin,random", "--chart", str(chart)],
+        capture_output=True, text=True, timeout=120, check=True,
+        env={**os.environ, "KVPIN_TEST_MARK": mark},
+    )  # fmt: skip
+    rates = hit_rates(out.stdout)
+    assert set(rates) == {"kvpin", "random"}
+    assert rates["kvpin"] > rates["random"]
+    assert "of the infinite-cache hit rate" in out.stdout
+    assert chart.read_bytes().startswith(b"\x89PNG")
+    assert marked_processes(mark) == []  # every simulator and router it started is gone
+
+
+def test_ctrl_c_stops_the_demo_and_its_processes() -> None:
+    mark = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [str(KVPIN), "demo", *TINY, "--conversations", "400", "--policies", "kvpin"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "KVPIN_TEST_MARK": mark},
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while len(marked_processes(mark)) < 4 and time.monotonic() < deadline:  # demo, 2 sims, router
+        time.sleep(0.2)
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(30)
+    assert proc.returncode != 0
+    deadline = time.monotonic() + 15
+    while marked_processes(mark) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marked_processes(mark) == []

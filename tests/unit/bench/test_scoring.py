@@ -1,0 +1,51 @@
+import math
+
+import pytest
+
+from kvpin.bench import scoring
+from kvpin.sim import tokens
+
+
+def body(model: str, *contents: str) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": c} for c in contents]}
+
+
+def test_the_bound_on_a_crafted_trace() -> None:
+    text = " ".join(f"w{i}" for i in range(100))  # 199 word and space tokens
+    first = body("ep-a", text)
+    n = len(tokens.render_chat(first["messages"]))
+    longer = body("ep-a", text, "and more words follow here")
+    m = len(tokens.render_chat(longer["messages"]))
+    # 1: cold. 2: the same prompt again: all whole blocks but the one holding the last token.
+    # 3: another endpoint has its own cache: cold. 4: an extension: the first prompt's whole
+    # blocks, as far as the shared text reaches.
+    hit, total = scoring.infinite_cache_hits([first, first, body("ep-b", text), longer])
+    shared_blocks = sum(
+        1 for i in range(n // 16)
+        if tokens.render_chat(first["messages"])[: (i + 1) * 16]
+        == tokens.render_chat(longer["messages"])[: (i + 1) * 16]
+    )  # fmt: skip
+    assert total == 3 * n + m
+    assert hit == (n - 1) // 16 * 16 + shared_blocks * 16
+    assert shared_blocks > 0
+
+
+def test_percentiles_and_spread() -> None:
+    assert scoring.percentile([3, 1, 2, 4], 50) == 2
+    assert scoring.percentile([3, 1, 2, 4], 99) == 4
+    assert math.isnan(scoring.percentile([], 50))
+    assert scoring.spread({"a": 10, "b": 10}) == 1.0
+    assert scoring.spread({"a": 30, "b": 10}) == pytest.approx(1.5)
+
+
+def test_summary() -> None:
+    records = [
+        scoring.Record("ep", 0.0, 0.1, 100, 50, True),
+        scoring.Record("ep", 0.0, 0.3, 100, 90, True),
+        scoring.Record("ep", 0.0, 0.0, 0, 0, False),
+    ]
+    s = scoring.summarize("p", records, bound=(160, 200), makespan_s=2.0, per_pod={"a": 1, "b": 1})
+    assert (s.requests, s.errors) == (3, 1)
+    assert s.hit_rate == pytest.approx(0.7)
+    assert s.of_bound == pytest.approx(0.7 / 0.8)
+    assert s.throughput_rps == 1.0
