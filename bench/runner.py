@@ -42,7 +42,7 @@ class BenchConfig:
     """KV-cache blocks of 16 tokens per simulator (a 40Gi reservation of an 8B model is 20,480)."""
     prefill_tps: float = 10_000.0
     decode_tps: float = 50.0
-    time_scale: float = 0.05
+    time_scale: float = 0.25
     concurrency: int = 8
     prefix_chars: int = 2048
     """The kvpin router's `routing.prefixChars`."""
