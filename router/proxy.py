@@ -47,7 +47,6 @@ HOP_BY_HOP = frozenset(
 MEMBER_HEADER = "X-Kvpin-Member"
 BREAK_HEADER = "X-Kvpin-Prefix-Break"
 NO_MEMBER_RETRY_AFTER = 5.0
-NEW_LOAD_FACTOR = 1.0  # the bound for a conversation's first turn (see Proxy.choose)
 
 
 class Proxy:
@@ -137,25 +136,13 @@ class Proxy:
             self.metrics.prefix_breaks.labels(endpoint.config.id, broken).inc()
         return await self.forward(
             request, endpoint, raw, key=key, conversation=conversation, broken=broken,
-            started=started, first_turn=len(zones.history) <= 1,
+            started=started,
         )  # fmt: skip
 
     def choose(
-        self,
-        endpoint: Endpoint,
-        key: str,
-        conversation: str,
-        tried: set[str],
-        *,
-        first_turn: bool = False,
+        self, endpoint: Endpoint, key: str, conversation: str, tried: set[str]
     ) -> ring.Choice:
-        """The member for this attempt: bounded loads, ejected and tried members skipped.
-
-        A conversation's first turn is placed under a tighter bound (NEW_LOAD_FACTOR): it has
-        no history on any pod yet, only the shared head, so spreading new conversations evenly
-        costs at most one prefill of that head per pod, and keeps pods that already hold many
-        conversations from collecting more.
-        """
+        """The member for this attempt: bounded loads, ejected and tried members skipped."""
         ep = endpoint.config.id
         now = time.monotonic()
         ejected = {m for (e, m), until in self.ejected.items() if e == ep and until > now}
@@ -163,12 +150,9 @@ class Proxy:
         if len(exclude) >= len(endpoint.ring):  # all ejected: better to try them than refuse
             exclude = tried
         sticky = (ep, conversation)
-        load_factor = endpoint.config.routing.load_factor
-        if first_turn:
-            load_factor = min(load_factor, NEW_LOAD_FACTOR)
         choice = endpoint.ring.pick(
-            key, self.loads[ep], load_factor=load_factor, exclude=exclude,
-            prefer=self.moved.get(sticky),
+            key, self.loads[ep], load_factor=endpoint.config.routing.load_factor,
+            exclude=exclude, prefer=self.moved.get(sticky),
         )  # fmt: skip
         if choice.spilled:
             self.moved[sticky] = choice.member.name
@@ -189,7 +173,6 @@ class Proxy:
         conversation: str,
         broken: str | None,
         started: float,
-        first_turn: bool = False,
     ) -> web.StreamResponse:
         ep = endpoint.config.id
         tried: set[str] = set()
@@ -198,7 +181,7 @@ class Proxy:
         headers = _forward_headers(request.headers, strip_auth=bool(self.settings.auth_tokens))
         for attempt in range(self.settings.max_attempts):
             try:
-                choice = self.choose(endpoint, key, conversation, tried, first_turn=first_turn)
+                choice = self.choose(endpoint, key, conversation, tried)
             except ring.NoReadyMembersError:
                 break
             member = choice.member
