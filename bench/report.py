@@ -50,7 +50,7 @@ def chart(summaries: Sequence[Summary], path: pathlib.Path) -> bool:
     except ImportError:
         return False
     names = [s.policy for s in summaries]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 5))
     axes[0].bar(names, [s.hit_rate * 100 for s in summaries], color="#4c72b0")
     axes[0].axhline(summaries[0].bound * 100, color="black", linestyle="--", label="bound")
     axes[0].set_title("token hit rate, %")
@@ -62,7 +62,8 @@ def chart(summaries: Sequence[Summary], path: pathlib.Path) -> bool:
     axes[2].set_title("load spread, max/mean")
     axes[2].legend()
     for ax in axes:
-        ax.tick_params(axis="x", rotation=30)
+        ax.tick_params(axis="x", rotation=40)
+        plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
