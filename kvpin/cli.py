@@ -282,6 +282,12 @@ def _add_workload_flags(
     add("--seed", type=int, default=w.seed, help="workload seed")
     add("--pods", type=int, default=b.pods, help="simulators per endpoint")
     add("--cache-blocks", type=int, default=b.cache_blocks, help="KV blocks per simulator")
+    add(
+        "--vram",
+        metavar="QUANTITY",
+        help="per-pod VRAM reservation (e.g. 512Mi) to derive the cache from, as the operator "
+        "does with an 8B model's KV size; overrides --cache-blocks",
+    )
     add("--prefill-tps", type=float, default=b.prefill_tps, help="simulated prefill tokens/s")
     add("--decode-tps", type=float, default=b.decode_tps, help="simulated decode tokens/s")
     add("--time-scale", type=float, default=b.time_scale, help="simulated time multiplier")
@@ -299,6 +305,13 @@ def _add_workload_flags(
 
 def _bench_config(args: argparse.Namespace) -> object:
     from kvpin.bench import runner, workloads
+    from kvpin.operator import quantity
+    from kvpin.sim import config
+
+    blocks = args.cache_blocks
+    if args.vram:
+        profile = config.PROFILES[config.DEFAULT_PROFILE]
+        blocks = config.capacity_blocks(quantity.parse_bytes(args.vram), profile, 16)
 
     return runner.BenchConfig(
         workload=workloads.WorkloadConfig(
@@ -307,7 +320,7 @@ def _bench_config(args: argparse.Namespace) -> object:
             user_words=args.user_words, answer_tokens=args.answer_tokens,
             endpoints=args.endpoints, seed=args.seed,
         ),
-        pods=args.pods, cache_blocks=args.cache_blocks, prefill_tps=args.prefill_tps,
+        pods=args.pods, cache_blocks=blocks, prefill_tps=args.prefill_tps,
         decode_tps=args.decode_tps, time_scale=args.time_scale, concurrency=args.concurrency,
         prefix_chars=args.prefix_chars, load_factor=args.load_factor,
         policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
