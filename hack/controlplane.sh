@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build (once) and locate the binaries of the test control plane: kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl and etcd from k8s.io/kubernetes, and kwok.
+# kube-controller-manager, kube-scheduler, kubectl and etcd from k8s.io/kubernetes, kwok, and
+# helm (for the chart checks).
 #
 #   hack/controlplane.sh build   build what is missing, print timings and the binary folder
 #   hack/controlplane.sh bindir  print the binary folder (exit 1 if it is incomplete)
@@ -21,7 +22,7 @@ cache=${KVPIN_CACHE:-$HOME/.cache/kvpin}
 root="$cache/controlplane/k8s-$KUBERNETES_VERSION-kwok-$KWOK_VERSION"
 bindir="$root/bin"
 stages="$root/kwok-stages"  # KWOK's default Stage documents, from its module
-binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok)
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm)
 
 log() { printf '[controlplane] %s\n' "$*" >&2; }
 
@@ -114,6 +115,12 @@ build() {
     (cd "$src/kwok" && go build -trimpath -ldflags "-s -w" -o "$bindir/kwok.tmp" sigs.k8s.io/kwok/cmd/kwok)
     mv "$bindir/kwok.tmp" "$bindir/kwok"
     log "built kwok in $((SECONDS - t0))s"
+  fi
+  if [ ! -x "$bindir/helm" ]; then
+    t0=$SECONDS
+    log "building helm $HELM_VERSION ..."
+    (cd "$src" && GOBIN="$bindir" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
+    log "built helm in $((SECONDS - t0))s"
   fi
   if [ ! -f "$stages/.complete" ]; then
     [ -f "$src/kwok/go.mod" ] || kwok_module "$src/kwok"

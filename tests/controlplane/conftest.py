@@ -1,48 +1,22 @@
 """Fixtures of the control-plane tier: a real API server with fake GPU nodes, the CRD
 installed, and the real `kvpin operator` process running against it.
 
-The binaries come from hack/controlplane.sh (built on first use, cached outside the
-repository). Without Go they cannot be built and the tier is skipped, saying so; with
-KVPIN_REQUIRE_CONTROLPLANE=1 (as .ci/run sets) that is a failure instead of a skip.
+The binaries come from hack/controlplane.sh (see tests/toolchain.py).
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
-import shutil
-import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from tests import figures
+from tests import figures, toolchain
 from tests.controlplane import cluster, kube, operators
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "hack" / "controlplane.sh"
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("KVPIN_REQUIRE_CONTROLPLANE") == "1":
-        pytest.fail(f"control plane required but unavailable: {reason}")
-    pytest.skip(reason)
-
-
-def _bindir() -> pathlib.Path:
-    found = subprocess.run([str(SCRIPT), "bindir"], capture_output=True, text=True, check=False)
-    if found.returncode == 0:
-        return pathlib.Path(found.stdout.strip())
-    if shutil.which("go") is None:
-        _unavailable("no Go toolchain: hack/controlplane.sh builds the control plane with it")
-    print("building the control plane (first run only) ...", file=sys.stderr)
-    built = subprocess.run([str(SCRIPT), "build"], capture_output=True, text=True, check=False)
-    if built.returncode != 0:
-        pytest.fail(f"hack/controlplane.sh build failed:\n{built.stderr[-4000:]}")
-    return pathlib.Path(built.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +24,7 @@ def control_plane() -> Iterator[cluster.ControlPlane]:
     """etcd, API server, controller manager, scheduler and KWOK with two GPU nodes, one CPU
     node, and the CachedEndpoint CRD installed."""
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="kvpin-cp-"))
-    with cluster.running(_bindir(), workdir) as plane:
+    with cluster.running(toolchain.bindir(), workdir) as plane:
         plane.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
         plane.kubectl(
             "wait", "--for=condition=Established", "crd/cachedendpoints.kvpin.dev", "--timeout=30s"

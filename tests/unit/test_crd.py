@@ -62,3 +62,8 @@ def test_schema_rejects_structurally_wrong_specs(override) -> None:
             "spec": {"model": "m", "vramReservation": "1Gi", **override}}  # fmt: skip
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(body, crd.json_schema())
+
+
+def test_the_chart_ships_the_same_crd() -> None:
+    chart_copy = crd.ROOT / "helm" / "kvpin" / "crds" / crd.CRD_PATH.name
+    assert chart_copy.read_text() == crd.CRD_PATH.read_text()
