@@ -40,6 +40,15 @@ def ring_names(client: Kube, ns: str, name: str) -> list[str]:
     return [m["name"] for m in ring.get("members", [])]
 
 
+def wait_event(client: Kube, ns: str, name: str, kind: str, reason: str) -> None:
+    """Events are posted by kopf shortly after the status that caused them: wait for one."""
+    wait_for(
+        f"a {kind} {reason} Event on {name}",
+        lambda: any(e["reason"] == reason and e["type"] == kind for e in client.events(ns, name)),
+        timeout=10,
+    )
+
+
 def wait_ring(client: Kube, ns: str, name: str, expected: list[str], timeout: float = 30) -> None:
     wait_for(
         f"status.ring of {name} == {expected}",
@@ -73,8 +82,7 @@ def test_endpoint_becomes_a_pinned_pool_with_a_ring(client: Kube, namespace: str
     assert status["observedGeneration"] == cep["metadata"]["generation"]
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions == {"Ready": "True", "Progressing": "False", "Degraded": "False"}
-    reasons = {e["reason"] for e in client.events(namespace, "ep-a")}
-    assert "RingChanged" in reasons
+    wait_event(client, namespace, "ep-a", "Normal", "RingChanged")
 
 
 def test_pods_without_room_on_gpu_nodes_stay_pending(client: Kube, namespace: str) -> None:
@@ -100,8 +108,7 @@ def test_scaling_adds_and_removes_the_highest_ordinals(
     control_plane.kubectl("scale", "-n", namespace, "cep/ep-s", "--replicas=1")
     wait_ring(client, namespace, "ep-s", ["ep-s-0"])
     wait_for("the PDB gone", lambda: not client.exists("PodDisruptionBudget", namespace, "ep-s"))
-    reasons = {e["reason"] for e in client.events(namespace, "ep-s")}
-    assert "Scaled" in reasons
+    wait_event(client, namespace, "ep-s", "Normal", "Scaled")
 
 
 def test_a_deleted_pod_comes_back_under_its_name(client: Kube, namespace: str) -> None:
@@ -181,8 +188,7 @@ def test_two_claims_on_one_endpoint_id(client: Kube, namespace: str) -> None:
     assert "ep-first" in degraded["message"]
     assert client.statefulset(namespace, "ep-second") is None  # touches nothing
     assert ring_names(client, namespace, "ep-first") == ["ep-first-0"]
-    assert any(e["reason"] == "Degraded" and e["type"] == "Warning"
-               for e in client.events(namespace, "ep-second"))  # fmt: skip
+    wait_event(client, namespace, "ep-second", "Warning", "Degraded")
 
 
 def test_a_child_name_taken_by_a_stranger(client: Kube, namespace: str) -> None:
@@ -258,6 +264,19 @@ def test_a_fresh_operator_process_converges_without_changes(
     the pool already converged and changes nothing."""
     client.create_endpoint(namespace, endpoint("ep-resume", replicas=1))
     wait_ring(client, namespace, "ep-resume", ["ep-resume-0"])
+
+    def settled() -> dict[str, Any] | None:
+        sts = client.statefulset(namespace, "ep-resume")
+        status = (sts or {}).get("status") or {}
+        done = status.get("readyReplicas") == 1 and status.get("updatedReplicas") == 1
+        return (
+            sts
+            if done and status.get("observedGeneration") == sts["metadata"]["generation"]
+            else None
+        )
+
+    wait_for("the StatefulSet to settle", settled)
+    time.sleep(1)
     before = client.statefulset(namespace, "ep-resume")
     ring_before = client.endpoint(namespace, "ep-resume")["status"]["ring"]
     second = operators.spawn(control_plane, "-n", namespace)
