@@ -174,9 +174,15 @@ class Proxy:
         broken: str | None,
         started: float,
     ) -> web.StreamResponse:
+        """Send to the chosen member, failing over before the first byte; relay the answer.
+
+        When every attempt failed: the last member's own 5xx answer if that is what it gave,
+        else 504 after a timeout, else 502.
+        """
         ep = endpoint.config.id
         tried: set[str] = set()
         failure: str | None = None
+        timed_out = False
         last_5xx: tuple[int, bytes, str] | None = None
         headers = _forward_headers(request.headers, strip_auth=bool(self.settings.auth_tokens))
         for attempt in range(self.settings.max_attempts):
@@ -195,6 +201,7 @@ class Proxy:
                 upstream = await self._send(member, request, raw, headers)
             except (aiohttp.ClientError, TimeoutError) as err:
                 failure = f"{member.name}: {type(err).__name__} {err}".strip()
+                timed_out, last_5xx = isinstance(err, TimeoutError), None
                 self._eject(ep, member)
                 self._load(ep, member, -1)
                 continue
@@ -202,7 +209,7 @@ class Proxy:
                 if upstream.status >= 500 and attempt + 1 < self.settings.max_attempts:
                     body = await upstream.read()
                     last_5xx = (upstream.status, body, upstream.content_type)
-                    failure = f"{member.name}: HTTP {upstream.status}"
+                    failure, timed_out = f"{member.name}: HTTP {upstream.status}", False
                     self._eject(ep, member)
                     continue
                 return await self._relay(
@@ -217,10 +224,11 @@ class Proxy:
                 f"the endpoint `{ep}` has no ready member", retry_after=NO_MEMBER_RETRY_AFTER
             )
         self.metrics.errors.labels(ep, "upstream").inc()
-        if last_5xx and failure.endswith(f"HTTP {last_5xx[0]}"):
+        if last_5xx:
             status, body, content_type = last_5xx
             return web.Response(status=status, body=body, content_type=content_type)
-        raise errors.UpstreamError(
+        error = errors.UpstreamTimeoutError if timed_out else errors.UpstreamError
+        raise error(
             f"no member of `{ep}` answered ({len(tried)} tried; last: {failure})",
             retry_after=NO_MEMBER_RETRY_AFTER,
         )

@@ -345,3 +345,21 @@ async def test_a_restarted_member_keeps_its_keys_at_a_new_address(
         membership.publish({"ep-a": endpoint("ep-a", moved)})
         after = [(await chat(session, router, c))[0] for c in conversations]
     assert before == after
+
+
+async def test_a_member_that_never_answers_times_out_with_504(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    from kvpin.router.config import Timeouts
+
+    stuck = await start_sim(timing=replace_timing(prefill_tokens_per_s=1, time_scale=1.0))
+    router = await start_router(
+        endpoint("ep-a", [stuck]), timeouts=Timeouts(first_byte=0.3), max_attempts=1
+    )
+    async with aiohttp.ClientSession() as session:
+        started = time.monotonic()
+        body = {"model": "ep-a", "prompt": "a prompt that takes minutes to prefill"}
+        async with session.post(f"{router}/v1/completions", json=body) as r:
+            assert r.status == 504
+            assert (await r.json())["error"]["code"] == "upstream_timeout"
+        assert time.monotonic() - started < 2
