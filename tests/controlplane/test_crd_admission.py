@@ -35,7 +35,8 @@ def test_defaults_are_applied_by_the_api_server(
     assert spec["engine"] == {"preset": "vllm", "port": 8000, "healthPath": "/health"}
     assert spec["gpu"] == {"count": 1, "resourceName": "nvidia.com/gpu"}
     assert spec["routing"] == {
-        "key": "prefix", "loadFactor": 1.25, "virtualNodes": 160, "sessionHeader": "X-Session-ID"
+        "key": "prefix", "loadFactor": 1.25, "virtualNodes": 160, "sessionHeader": "X-Session-ID",
+        "prefixChars": 2048,
     }  # fmt: skip
 
 

@@ -7,6 +7,7 @@ import yaml
 
 from kvpin import api
 from kvpin.operator import spec
+from kvpin.router.config import RoutingConfig
 from tests import crd
 
 
@@ -38,6 +39,7 @@ def test_schema_defaults_agree_with_the_operator() -> None:
     assert routing["loadFactor"]["default"] == spec.DEFAULT_LOAD_FACTOR
     assert routing["virtualNodes"]["default"] == spec.DEFAULT_VIRTUAL_NODES
     assert routing["sessionHeader"]["default"] == spec.DEFAULT_SESSION_HEADER
+    assert routing["prefixChars"]["default"] == RoutingConfig().prefix_chars
 
 
 @pytest.mark.parametrize("path", crd.EXAMPLES, ids=lambda p: p.name)

@@ -59,3 +59,13 @@ def test_extra_args_are_appended_and_custom_is_left_alone() -> None:
     r = runtime(engine={"preset": "custom", "image": "my/engine:1", "args": ["--foo"]})
     assert (r.image, r.command, r.args) == ("my/engine:1", (), ("--foo",))
     assert ("KVPIN_VRAM_RESERVATION_BYTES", str(2**30)) in r.env
+
+
+def test_the_sim_preset_is_a_valid_kvpin_sim_command_line() -> None:
+    from kvpin import cli
+
+    r = runtime(vramReservation="512Mi", engine={"preset": "sim", "args": ["--time-scale", "0.5"]})
+    args = cli.build_parser().parse_args([*r.command[1:], *r.args])
+    assert (args.command, args.port, args.kv_cache_bytes) == ("sim", 8000, 512 * 2**20)
+    assert args.served_model_name == ["ep-test"]
+    assert args.time_scale == 0.5
