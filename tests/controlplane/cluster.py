@@ -208,11 +208,11 @@ class ControlPlane:
         self.timings["started"] = time.monotonic() - t0
 
     def stop(self) -> None:
-        """Stop every process, newest first."""
+        """Stop every process, newest first, each before the next (the API server stops
+        quickly only while etcd is still there)."""
         for _name, proc in reversed(self.processes):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for _name, proc in reversed(self.processes):
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
@@ -377,7 +377,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     with running(args.bindir, workdir) as plane:
         print(f"control plane up in {plane.timings['started']:.1f}s; logs in {plane.logs}")
         print(f"export KUBECONFIG={plane.kubeconfig}")
+        print(f"alias kubectl={plane.bindir / 'kubectl'}   # the built one, in version skew")
         print(f"kubectl apply --server-side -f {ROOT / 'crds'}")
+        print("Ctrl-C stops it and removes its files.")
         sys.stdout.flush()
         signals = {signal.SIGINT, signal.SIGTERM}
         signal.pthread_sigmask(signal.SIG_BLOCK, signals)
