@@ -60,14 +60,14 @@ def running(
     """A server process, pinned to `cpus`, healthy on entry and stopped on exit."""
     with tempfile.TemporaryFile() as output:
         proc = subprocess.Popen(pinned(args, cpus), stdout=output, stderr=subprocess.STDOUT)
-        try:
-            wait_http(health_url, proc=proc)
-        except (RuntimeError, TimeoutError) as err:
-            _stop(proc)
-            output.seek(0)
-            tail = output.read()[-2000:].decode(errors="replace")
-            raise RuntimeError(f"{err}; its output ended with:\n{tail}") from err
-        try:
+        try:  # whatever happens from here on, Ctrl-C during start-up included, it is stopped
+            try:
+                wait_http(health_url, proc=proc)
+            except (RuntimeError, TimeoutError) as err:
+                _stop(proc)
+                output.seek(0)
+                tail = output.read()[-2000:].decode(errors="replace")
+                raise RuntimeError(f"{err}; its output ended with:\n{tail}") from err
             yield proc
         finally:
             _stop(proc)

@@ -73,11 +73,15 @@ class EndpointRing:
         load_factor: float,
         exclude: Collection[str] = (),
         prefer: str | None = None,
+        choices: int = 1,
     ) -> Choice:
         """The first member of the walk within the load bound, skipping `exclude`d ones.
 
         `prefer` names a member to try first (a conversation that already moved there), still
-        subject to the bound. Raises NoReadyMembersError when every member is excluded.
+        subject to the bound. With `choices` > 1 the least loaded of the first `choices` members
+        within the bound is taken (the power of two choices, along the ring), which the proxy
+        uses for a conversation's first turn. Raises NoReadyMembersError when every member is
+        excluded.
         """
         order = [m for m in self.walk(key) if m.name not in exclude]
         if not order:
@@ -87,7 +91,8 @@ class EndpointRing:
         candidates = order
         if prefer is not None and prefer in self.members and prefer not in exclude:
             candidates = [self.members[prefer], *(m for m in order if m.name != prefer)]
-        chosen = next((m for m in candidates if loads.get(m.name, 0) + 1 <= bound), None)
+        eligible = [m for m in candidates if loads.get(m.name, 0) + 1 <= bound][:choices]
+        chosen = min(eligible, key=lambda m: loads.get(m.name, 0)) if eligible else None
         if chosen is None:  # only when excluded members hold the load: take the least loaded
             chosen = min(order, key=lambda m: loads.get(m.name, 0))
         return Choice(

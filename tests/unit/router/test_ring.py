@@ -84,3 +84,12 @@ def test_excluded_members_are_skipped_and_an_empty_ring_raises() -> None:
         r.pick(KEYS[2], {}, load_factor=1.25, exclude=set(walk))
     with pytest.raises(ring.NoReadyMembersError):
         ring.EndpointRing([]).pick(KEYS[2], {}, load_factor=1.25)
+
+
+def test_two_choices_take_the_less_loaded_of_the_first_two_within_bound() -> None:
+    r = ring.EndpointRing(members(4))
+    walk = [m.name for m in r.walk(KEYS[3])]
+    loads = {walk[0]: 1, walk[1]: 0}
+    assert r.pick(KEYS[3], loads, load_factor=4.0).member.name == walk[0]
+    assert r.pick(KEYS[3], loads, load_factor=4.0, choices=2).member.name == walk[1]
+    assert r.pick(KEYS[3], {}, load_factor=2.0, choices=2).member.name == walk[0]  # ties: first
