@@ -23,7 +23,6 @@ class SimBenchConfig:
     connections: int = 32
     server_cpu: int = 0
     client_cpu: int = 1
-    stream: bool = False
 
 
 def run(config: SimBenchConfig) -> str:

@@ -9,8 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from kvpin import __version__, logs
+
+if TYPE_CHECKING:
+    from kvpin.bench import runner
 
 
 def _add_logging(parser: argparse.ArgumentParser) -> None:
@@ -303,7 +307,7 @@ def _add_workload_flags(
     )
 
 
-def _bench_config(args: argparse.Namespace) -> object:
+def _bench_config(args: argparse.Namespace) -> runner.BenchConfig:
     from kvpin.bench import runner, workloads
     from kvpin.operator import quantity
     from kvpin.sim import config
@@ -332,7 +336,7 @@ def _run_bench_workload(args: argparse.Namespace) -> None:
 
     from kvpin.bench import progress, report, runner
 
-    summaries = runner.run(_bench_config(args), progress=progress.ProgressBar())  # type: ignore[arg-type]
+    summaries = runner.run(_bench_config(args), progress=progress.ProgressBar())
     print(report.markdown(summaries))
     if args.json:
         pathlib.Path(args.json).write_text(report.to_json(summaries))
@@ -362,7 +366,7 @@ def _run_demo(args: argparse.Namespace) -> None:
     config = _bench_config(args)
     print(f"kvpin demo: {args.conversations} conversations x {args.turns} turns, "
           f"{args.pods} simulated pods with {args.cache_blocks} cache blocks each")  # fmt: skip
-    summaries = runner.run(config, progress=progress.ProgressBar())  # type: ignore[arg-type]
+    summaries = runner.run(config, progress=progress.ProgressBar())
     print()
     print(report.markdown(summaries))
     best = summaries[0]

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from kvpin import exposition, logs
+from kvpin import logs, serving
 from kvpin.router import errors
 from kvpin.router.config import ProxySettings
 from kvpin.router.membership.base import Membership
@@ -22,23 +21,9 @@ from kvpin.router.proxy import Proxy
 
 log = logging.getLogger(logs.ROUTER)
 PROXY = web.AppKey("proxy", Proxy)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def renders_errors(handler: Handler) -> Handler:
-    """Answer a RouterError raised by `handler` as OpenAI-style JSON.
-
-    A wrapper per route rather than a middleware: middlewares cost every request a few
-    percent of throughput, and only these handlers raise RouterErrors.
-    """
-
-    async def wrapped(request: web.Request) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except errors.RouterError as err:
-            return errors.to_response(err)
-
-    return wrapped
+renders_errors = serving.renders(errors.RouterError, errors.to_response)
 
 
 @renders_errors
@@ -75,7 +60,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    return exposition.metrics_response(request.app[PROXY].metrics.registry)
+    return serving.metrics_response(request.app[PROXY].metrics.registry)
 
 
 def make_app(membership: Membership, settings: ProxySettings) -> web.Application:
