@@ -22,6 +22,7 @@ import yaml
 
 from kvpin import api
 from kvpin.bench import bodies, processes, wrk
+from kvpin.router import bodies as router_bodies
 from kvpin.router import keys, ring
 from kvpin.router.breaks import BreakDetector
 
@@ -57,10 +58,10 @@ def decision_cost(prompt_bytes: int = 32 * 1024, members: int = 8) -> float:
     detector = BreakDetector()
 
     def decide() -> None:
-        zones = keys.parse_zones(json.loads(body))
-        conversation = keys.conversation_id(zones, None)
-        key = keys.routing_key("prefix", "ep-a", zones, None, prefix_chars=2048)
-        detector.observe(conversation, zones)
+        summary = router_bodies.summarize(body, router_bodies.Limits())
+        conversation = keys.conversation_id(summary.opening, None)
+        key = keys.routing_key("prefix", "ep-a", summary.head, None, prefix_chars=2048)
+        detector.observe(conversation, summary.turn)
         the_ring.pick(key, {}, load_factor=1.25)
 
     runs = 2000

@@ -93,16 +93,33 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     parser.add_argument("--connect-timeout", type=float, default=5.0, help="seconds")
     parser.add_argument("--first-byte-timeout", type=float, default=300.0, help="seconds")
     parser.add_argument("--idle-timeout", type=float, default=60.0, help="seconds between chunks")
+    parser.add_argument(
+        "--client-timeout", type=float, default=60.0,
+        help="seconds for a client to send its body, and to take each chunk of the answer",
+    )  # fmt: skip
     parser.add_argument("--max-attempts", type=int, default=3, help="members tried per request")
     parser.add_argument("--eject-seconds", type=float, default=10.0, help="failed member cooldown")
+    parser.add_argument(
+        "--eject-after", type=int, default=3,
+        help="failures on distinct requests (that other members served) that eject a member",
+    )  # fmt: skip
     parser.add_argument("--max-body-bytes", type=int, default=32 * 2**20, help="413 above this")
+    parser.add_argument("--max-messages", type=int, default=10_000, help="400 above this")
+    parser.add_argument(
+        "--parse-workers", type=int, default=1,
+        help="processes that parse large bodies off the event loop (0: parse inline)",
+    )  # fmt: skip
     parser.add_argument(
         "--prefix-break-header",
         action="store_true",
         help="name the broken zone in an X-Kvpin-Prefix-Break response header",
     )
     parser.add_argument(
-        "--auth-tokens-file", metavar="FILE", help="accept only these bearer tokens (one per line)"
+        "--auth-tokens-file", metavar="FILE",
+        help="accept only these bearer tokens: one per line, `TOKEN [TENANT]`",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metrics-auth", action="store_true", help="ask for a bearer token on /metrics too"
     )
     _add_logging(parser)
     parser.set_defaults(run=_run_router)
@@ -111,20 +128,32 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
 def _run_router(args: argparse.Namespace) -> None:
     import pathlib
 
-    from kvpin.router import app, config
+    from kvpin.router import app, auth, bodies, config, outliers
     from kvpin.router.membership import kubernetes, static
 
-    tokens: frozenset[str] = frozenset()
+    tokens = auth.Tokens()
     if args.auth_tokens_file:
-        lines = pathlib.Path(args.auth_tokens_file).read_text().splitlines()
-        tokens = frozenset(line.strip() for line in lines if line.strip())
+        try:
+            tokens = auth.parse_tokens(pathlib.Path(args.auth_tokens_file).read_text())
+        except auth.TokensError as err:
+            raise SystemExit(f"{args.auth_tokens_file}: {err}") from None
     settings = config.ProxySettings(
-        timeouts=config.Timeouts(args.connect_timeout, args.first_byte_timeout, args.idle_timeout),
+        timeouts=config.Timeouts(
+            connect=args.connect_timeout,
+            first_byte=args.first_byte_timeout,
+            idle=args.idle_timeout,
+            client_body=args.client_timeout,
+            client_write=args.client_timeout,
+        ),
         max_attempts=args.max_attempts,
-        eject_seconds=args.eject_seconds,
+        outliers=outliers.OutlierSettings(args.eject_after, args.eject_seconds),
         max_body_bytes=args.max_body_bytes,
+        parse=config.ParseSettings(
+            workers=args.parse_workers, limits=bodies.Limits(max_messages=args.max_messages)
+        ),
         break_header=args.prefix_break_header,
-        auth_tokens=tokens,
+        tokens=tokens,
+        metrics_auth=args.metrics_auth,
     )
     membership = (
         kubernetes.KubernetesMembership(

@@ -1,8 +1,12 @@
 """The router as an aiohttp application: routes, error rendering, start-up and clean-up.
 
-Routes: POST /v1/{anything} (proxied; chat and text completions and every other OpenAI POST
-are keyed the same way), GET /v1/models (the endpoints), /healthz (the process is up), /readyz
-(membership loaded), /metrics (Prometheus), all on one port.
+Routes: POST to each inference route of `ProxySettings.routes` (chat and text completions,
+embeddings, responses, ...: proxied, all keyed the same way), GET /v1/models (the endpoints),
+/healthz (the process is up), /readyz (membership loaded and current), /metrics (Prometheus),
+all on one port. Anything else is answered by the router itself (404, or 405 for a known path),
+never forwarded: an engine's admin routes (`/reset_prefix_cache`, ...) are out of reach however
+the path is spelled, because the member's URL is built from the matched route, not from what
+the client sent. Every error is OpenAI-style JSON, an unexpected one included.
 """
 
 from __future__ import annotations
@@ -23,17 +27,24 @@ log = logging.getLogger(logs.ROUTER)
 PROXY = web.AppKey("proxy", Proxy)
 
 
-renders_errors = serving.renders(errors.RouterError, errors.to_response)
+renders_errors = serving.renders(Exception, errors.render)
 
 
-@renders_errors
-async def proxied(request: web.Request) -> web.StreamResponse:
-    return await request.app[PROXY].handle(request)
+def forwarding(path: str) -> serving.Handler:
+    """The handler of one inference route: forwards to `path` on the chosen member."""
+
+    @renders_errors
+    async def forward(request: web.Request) -> web.StreamResponse:
+        return await request.app[PROXY].handle(request, path)
+
+    return forward
 
 
 @renders_errors
 async def not_found(request: web.Request) -> web.StreamResponse:
-    raise errors.NotFoundError(f"no route for {request.method} {request.path}")
+    if request.path in request.app[PROXY].settings.routes:
+        raise errors.MethodNotAllowedError(f"{request.path} takes POST")
+    raise errors.NotFoundError(f"no route for {request.method} {request.path[:200]}")
 
 
 @renders_errors
@@ -54,13 +65,21 @@ async def healthz(_: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    if request.app[PROXY].membership.ready:
-        return web.Response(text="ok")
-    return web.Response(status=503, text="membership not loaded yet")
+    membership = request.app[PROXY].membership
+    if not membership.ready:
+        return web.Response(status=503, text="membership not loaded yet")
+    stale = membership.stale()
+    if stale:
+        return web.Response(status=503, text=stale)
+    return web.Response(text="ok")
 
 
-async def metrics(request: web.Request) -> web.Response:
-    return serving.metrics_response(request.app[PROXY].metrics.registry)
+@renders_errors
+async def metrics(request: web.Request) -> web.StreamResponse:
+    proxy = request.app[PROXY]
+    if proxy.settings.metrics_auth:
+        proxy.authorize(request)
+    return serving.metrics_response(proxy.metrics.registry)
 
 
 def make_app(membership: Membership, settings: ProxySettings) -> web.Application:
@@ -82,7 +101,8 @@ def make_app(membership: Membership, settings: ProxySettings) -> web.Application
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
     app.router.add_get("/v1/models", list_models)
-    app.router.add_post("/v1/{tail:.+}", proxied)
+    for path in settings.routes:
+        app.router.add_post(path, forwarding(path))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -1,15 +1,18 @@
 """Prefix breaks: a turn that is not an append-only extension of the turn before it.
 
-Pure (a bounded in-memory table, no I/O). For each conversation the detector keeps fingerprints
-of the previous turn: the hash of its system zone, of its tools zone, and a rolling hash of its
-history with the message count. The next turn of the same conversation must have the same system
-and tools and start with the same messages; if not, the zone that changed is reported: `system`
-(a prompt edited, say a timestamp in it), `tools` (schemas edited or reordered), `history`
-(earlier messages rewritten or dropped, as summarizing clients do). Each of these costs the
-cache everything after the change.
+Pure (a bounded in-memory table, no I/O). For each conversation the detector keeps a fixed-size
+fingerprint of the previous turn: the hash of its system zone, of its tools zone, the number of
+history messages and the rolling hash over all of them. A turn's own fingerprint (`Turn`) holds
+the rolling hash after every message, so the next turn of the same conversation can be checked:
+same system, same tools, and its rolling hash at the previous turn's message count equal to the
+previous turn's last one. If not, the zone that changed is reported: `system` (a prompt edited,
+say a timestamp in it), `tools` (schemas edited or reordered), `history` (earlier messages
+rewritten or dropped, as summarizing clients do). Each of these costs the cache everything
+after the change.
 
-Memory is bounded: at most `capacity` conversations, least recently seen dropped first, about
-100 bytes each.
+Memory is bounded in bytes: `capacity` conversations at most, least recently seen dropped first,
+each one key and one 28-byte record however long its history (about 250 bytes with Python's
+overhead; `kvpin bench router` measures it).
 """
 
 from __future__ import annotations
@@ -17,41 +20,60 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
+import struct
 
 from kvpin.router.keys import Zones
 
 ZONES = ("system", "tools", "history")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Turn:
-    system: bytes
-    tools: bytes
-    history: tuple[bytes, ...]  # rolling hash after each message (8 bytes each)
+_HASH = 8
+_RECORD = struct.Struct(f"<{_HASH}s{_HASH}s{_HASH}sI")  # system, tools, last rolling, count
 
 
 def _hash(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=_HASH).digest()
 
 
-def fingerprint(zones: Zones) -> _Turn:
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    """The fingerprints of one turn: zone hashes and the rolling history hash per message."""
+
+    system: bytes
+    tools: bytes
+    rolling: bytes  # _HASH bytes after each history message, concatenated
+
+    @property
+    def count(self) -> int:
+        return len(self.rolling) // _HASH
+
+    def rolling_at(self, count: int) -> bytes:
+        """The rolling hash after the first `count` messages (empty for none)."""
+        return self.rolling[(count - 1) * _HASH : count * _HASH] if count else b""
+
+    def record(self) -> bytes:
+        """The fixed-size fingerprint the detector keeps."""
+        return _RECORD.pack(self.system, self.tools, self.rolling_at(self.count), self.count)
+
+
+def fingerprint(zones: Zones) -> Turn:
     """The fingerprints of one turn."""
-    rolling = []
+    rolling = bytearray()
     h = b""
     for role, text in zones.history:
-        h = hashlib.blake2b(h + role.encode() + b"\0" + _hash(text), digest_size=8).digest()
-        rolling.append(h)
-    return _Turn(_hash(zones.system), _hash(zones.tools), tuple(rolling))
+        h = hashlib.blake2b(
+            h + role.encode("utf-8", "surrogatepass") + b"\0" + _hash(text), digest_size=_HASH
+        ).digest()
+        rolling += h
+    return Turn(_hash(zones.system), _hash(zones.tools), bytes(rolling))
 
 
-def compare(before: _Turn, now: _Turn) -> str | None:
-    """The first zone in which `now` does not extend `before`, or None."""
-    if before.system != now.system:
+def compare(before: bytes, now: Turn) -> str | None:
+    """The first zone in which `now` does not extend the turn recorded as `before`, or None."""
+    system, tools, last, count = _RECORD.unpack(before)
+    if system != now.system:
         return "system"
-    if before.tools != now.tools:
+    if tools != now.tools:
         return "tools"
-    n = len(before.history)
-    if n and (len(now.history) < n or now.history[n - 1] != before.history[n - 1]):
+    if count and (now.count < count or now.rolling_at(count) != last):
         return "history"
     return None
 
@@ -61,13 +83,12 @@ class BreakDetector:
 
     def __init__(self, capacity: int = 100_000) -> None:
         self.capacity = capacity
-        self._turns: collections.OrderedDict[str, _Turn] = collections.OrderedDict()
+        self._turns: collections.OrderedDict[str, bytes] = collections.OrderedDict()
 
-    def observe(self, conversation: str, zones: Zones) -> str | None:
+    def observe(self, conversation: str, now: Turn) -> str | None:
         """Record this turn; the zone that broke the prefix since the last turn, or None."""
-        now = fingerprint(zones)
         before = self._turns.pop(conversation, None)
-        self._turns[conversation] = now
+        self._turns[conversation] = now.record()
         if len(self._turns) > self.capacity:
             self._turns.popitem(last=False)
         return compare(before, now) if before is not None else None

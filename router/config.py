@@ -8,14 +8,21 @@ a new snapshot rather than editing one. Errors say which field is wrong.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
 from kvpin import api
-from kvpin.router import keys
+from kvpin.router import auth, bodies, keys
+from kvpin.router.outliers import OutlierSettings
 
+CACHE_SALTS = ("none", "tenant")
+INFERENCE_ROUTES = (
+    "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses",
+    "/v1/rerank", "/v1/score", "/v1/classify",
+)  # fmt: skip
 _DNS_LABEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
@@ -37,6 +44,8 @@ class RoutingConfig:
     """Header carrying the session id in `session` mode."""
     prefix_chars: int = 2048
     """Characters of the stable head (system, tools, first turns) that make the prefix key."""
+    cache_salt: str = "none"
+    """none, or tenant: each tenant's requests get their own `cache_salt` (see router.auth)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +67,25 @@ class Timeouts:
     """From sending the request to the first response byte (a long prefill takes a while)."""
     idle: float = 60.0
     """Between two chunks of a response once it has started."""
+    client_body: float = 60.0
+    """To read a client's whole request body."""
+    client_write: float = 60.0
+    """For a client to take one chunk of the response (a client that stops reading)."""
+    error_body: float = 5.0
+    """To read a member's error answer before trying another member."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ParseSettings:
+    """Body limits, and when a body leaves the event loop to be parsed (router.parsing)."""
+
+    workers: int = 1
+    """Worker processes for large bodies; 0 parses every body on the event loop."""
+    inline_bytes: int = 2 * 2**20
+    """Bodies up to this size may be parsed inline..."""
+    inline_objects: int = 2_000
+    """...if they hold at most this many JSON objects (an upper bound: `{` bytes)."""
+    limits: bodies.Limits = bodies.Limits()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,16 +95,23 @@ class ProxySettings:
     timeouts: Timeouts = Timeouts()
     max_attempts: int = 3
     """Members tried for one request (connect errors and 5xx before any byte); 1: no retry."""
-    eject_seconds: float = 10.0
-    """How long a member that failed is passed over."""
+    outliers: OutlierSettings = OutlierSettings()
+    """When a failing member is passed over, and for how long."""
     max_body_bytes: int = 32 * 2**20
     """Larger request bodies are refused with 413."""
+    max_error_body_bytes: int = 64 * 2**10
+    """Of a member's error answer, kept to relay if every member fails; the rest is dropped."""
+    parse: ParseSettings = ParseSettings()
+    routes: tuple[str, ...] = INFERENCE_ROUTES
+    """POST paths forwarded to members; any other path is answered 404 by the router."""
     break_header: bool = False
     """Name the broken prefix zone in an `X-Kvpin-Prefix-Break` response header."""
     conversations: int = 100_000
     """Conversations remembered (where spilled ones went, their last turn for breaks)."""
-    auth_tokens: frozenset[str] = frozenset()
-    """Bearer tokens accepted; empty: no authentication."""
+    tokens: auth.Tokens = auth.Tokens()
+    """Bearer tokens accepted and their tenants; empty: no authentication."""
+    metrics_auth: bool = False
+    """Ask for a bearer token on /metrics too (it names endpoints and members)."""
 
 
 def parse_routing(raw: Any, where: str) -> RoutingConfig:
@@ -92,17 +127,22 @@ def parse_routing(raw: Any, where: str) -> RoutingConfig:
     load_factor = raw.get("loadFactor", defaults.load_factor)
     if isinstance(load_factor, bool) or not isinstance(load_factor, int | float):
         raise ConfigError(f"{where}: routing.loadFactor must be a number")
-    if load_factor < 1:
-        raise ConfigError(f"{where}: routing.loadFactor must be at least 1")
+    if not math.isfinite(load_factor) or load_factor < 1:
+        raise ConfigError(f"{where}: routing.loadFactor must be a finite number, at least 1")
     virtual_nodes = raw.get("virtualNodes", defaults.virtual_nodes)
     prefix_chars = raw.get("prefixChars", defaults.prefix_chars)
     for name, value in (("virtualNodes", virtual_nodes), ("prefixChars", prefix_chars)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{where}: routing.{name} must be a positive integer")
+    if prefix_chars > keys.HEAD_CHARS:
+        raise ConfigError(f"{where}: routing.prefixChars must be at most {keys.HEAD_CHARS}")
     header = raw.get("sessionHeader", defaults.session_header)
     if not isinstance(header, str) or not header:
         raise ConfigError(f"{where}: routing.sessionHeader must be a header name")
-    return RoutingConfig(key, float(load_factor), virtual_nodes, header, prefix_chars)
+    salt = raw.get("cacheSalt", defaults.cache_salt)
+    if salt not in CACHE_SALTS:
+        raise ConfigError(f"{where}: routing.cacheSalt must be one of {', '.join(CACHE_SALTS)}")
+    return RoutingConfig(key, float(load_factor), virtual_nodes, header, prefix_chars, salt)
 
 
 def parse_member(raw: Any, where: str) -> api.RingMember:
@@ -114,13 +154,13 @@ def parse_member(raw: Any, where: str) -> api.RingMember:
         name = str(raw.get("name") or url)
     else:
         raise ConfigError(f"{where}: a member is a URL or a mapping with `url` (and `name`)")
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme != "http" or not parsed.hostname or parsed.path not in ("", "/"):
-        raise ConfigError(f"{where}: member {url!r} must look like http://host:port")
     try:
+        parsed = urllib.parse.urlsplit(url)
         port = parsed.port or 80
     except ValueError as err:
-        raise ConfigError(f"{where}: member {url!r} has a bad port") from err
+        raise ConfigError(f"{where}: member {url!r} is not a URL: {err}") from err
+    if parsed.scheme != "http" or not parsed.hostname or parsed.path not in ("", "/"):
+        raise ConfigError(f"{where}: member {url!r} must look like http://host:port")
     host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
     return api.RingMember(name=name, address=f"{host}:{port}")
 
@@ -137,9 +177,12 @@ def parse_static(doc: Any) -> dict[str, EndpointConfig]:
         if not isinstance(raw, Mapping) or not isinstance(raw.get("members"), list):
             raise ConfigError(f"{where}: needs `members:`, a list of member URLs")
         members = tuple(parse_member(m, where) for m in raw["members"])
-        names = [m.name for m in members]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"{where}: member names must be unique")
+        if not members:
+            raise ConfigError(f"{where}: `members:` is empty (remove the endpoint instead)")
+        for what, values in (("names", [m.name for m in members]),
+                             ("URLs", [m.address for m in members])):  # fmt: skip
+            if len(set(values)) != len(values):
+                raise ConfigError(f"{where}: member {what} must be unique")
         endpoints[endpoint_id] = EndpointConfig(
             endpoint_id, members, parse_routing(raw.get("routing"), where)
         )

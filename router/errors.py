@@ -6,7 +6,13 @@ Handlers raise a RouterError; `to_response` is the only place that turns one int
 
 from __future__ import annotations
 
+import logging
+
 from aiohttp import web
+
+from kvpin import logs
+
+log = logging.getLogger(logs.ROUTER)
 
 
 class RouterError(Exception):
@@ -32,6 +38,14 @@ class UnauthorizedError(RouterError):
 
 class NotFoundError(RouterError):
     status, type, code = 404, "invalid_request_error", "not_found"
+
+
+class MethodNotAllowedError(RouterError):
+    status, type, code = 405, "invalid_request_error", "method_not_allowed"
+
+
+class RequestTimeoutError(RouterError):
+    status, type, code = 408, "invalid_request_error", "request_timeout"
 
 
 class UnknownEndpointError(RouterError):
@@ -68,3 +82,11 @@ def to_response(err: RouterError) -> web.Response:
         status=err.status,
         headers=headers,
     )
+
+
+def render(err: Exception) -> web.Response:
+    """Any exception a handler raised, as JSON: a RouterError as itself, a bug as a 500."""
+    if isinstance(err, RouterError):
+        return to_response(err)
+    log.exception("unexpected error", exc_info=err)
+    return to_response(RouterError("the router failed to handle the request"))

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 MODES = ("prefix", "session", "endpoint")
+HEAD_CHARS = 65_536  # the most `prefix_chars` can be
 _SEP = "\x1f"
 
 
@@ -95,46 +96,53 @@ def parse_zones(body: Mapping[str, Any]) -> Zones:
 
 
 def head(zones: Zones, limit: int) -> str:
-    """The stable head: system, tools and the first turn, cut at `limit` characters.
+    """The stable head: system, tools and the first turn, joined, cut at `limit` characters.
 
     Later turns never enter it: a conversation's head must not change as its history grows.
+    A shorter head is a prefix of a longer one, so one head cut at HEAD_CHARS serves every
+    endpoint's `prefix_chars`.
     """
-    first = zones.history[:1]
-    out: list[str] = []
-    size = 0
-    for piece in (zones.system, zones.tools, *(f"{r}:{t}" for r, t in first)):
-        out.append(piece[: limit - size])
-        size += len(out[-1]) + 1
-        if size >= limit:
-            break
-    return _SEP.join(out)
+    pieces = (zones.system, zones.tools, *(f"{r}:{t}" for r, t in zones.history[:1]))
+    return _SEP.join(piece[:limit] for piece in pieces)[:limit]
 
 
-def session_of(headers: Mapping[str, str], body: Mapping[str, Any], header: str) -> str | None:
+def session_of(headers: Mapping[str, str], user: str | None, header: str) -> str | None:
     """The client's session id: the header, else the body's `user`."""
-    value = headers.get(header) or body.get("user")
-    return str(value) if value else None
+    return headers.get(header) or user or None
 
 
-def conversation_id(zones: Zones, session: str | None) -> str:
-    """A name for the conversation that stays the same across its turns.
-
-    Without a session id it is the first non-system message: it survives an edited system
-    prompt or tools (so those edits can be noticed), at the price that two conversations that
-    open with the same words are taken for one.
-    """
-    if session:
-        return digest("session", session)
+def opening(zones: Zones) -> str:
+    """A digest of the conversation's first non-system message."""
     first = zones.history[0] if zones.history else ("", "")
     return digest("conversation", *first)
 
 
+def conversation_id(opening: str, session: str | None) -> str:
+    """A name for the conversation that stays the same across its turns.
+
+    Without a session id it is the digest of the first non-system message (`opening`): it
+    survives an edited system prompt or tools (so those edits can be noticed), at the price
+    that two conversations that open with the same words are taken for one.
+    """
+    return digest("session", session) if session else opening
+
+
 def routing_key(
-    mode: str, endpoint_id: str, zones: Zones, session: str | None, *, prefix_chars: int
+    mode: str,
+    endpoint_id: str,
+    head_text: str,
+    session: str | None,
+    *,
+    prefix_chars: int,
+    salt: str = "",
 ) -> str:
-    """The key the ring places the request by."""
+    """The key the ring places the request by.
+
+    A cache salt (a tenant's, or the client's own `cache_salt`) is part of prefix keys: requests
+    with different salts can never share cache, so they need not share a member either.
+    """
     if mode == "endpoint":
         return digest("endpoint", endpoint_id)
     if mode == "session" and session:
         return digest("session", session)
-    return digest("prefix", head(zones, prefix_chars))
+    return digest("prefix", salt, head_text[:prefix_chars])

@@ -1,9 +1,17 @@
 """Every Prometheus metric of the router, defined once, in one registry per application (tests
-run several routers in one process)."""
+run several routers in one process), and the labelled series in use.
+
+`RouterMetrics.of(metric, *labels)` hands out a metric's child for those labels, cached
+(prometheus-client's `labels()` takes a lock and validates on every call) and recorded, so that
+`forget` can remove every series of an endpoint or of members that left: a router that follows
+a changing pool must not keep reporting pods that are gone.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -29,6 +37,31 @@ class RouterMetrics:
     prompt_tokens: Counter  # endpoint
     cached_tokens: Counter  # endpoint
     prefix_breaks: Counter  # endpoint, zone
+    membership_errors: Counter  # source: failed reads of the membership
+    _children: dict[tuple[Any, tuple[str, ...]], Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def _per_member(self) -> tuple[Any, ...]:
+        return (self.requests, self.latency, self.ttfb, self.in_flight, self.ejections)
+
+    def of(self, metric: Any, *labels: str) -> Any:
+        """The child of `metric` for `labels` (the endpoint first)."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def forget(self, endpoint: str, members: Collection[str] | None = None) -> None:
+        """Remove the series of `members` of `endpoint` (None: every series of the endpoint)."""
+        per_member = self._per_member
+        for metric, labels in list(self._children):
+            if labels[0] != endpoint:
+                continue
+            if members is not None and (metric not in per_member or labels[1] not in members):
+                continue
+            del self._children[metric, labels]
+            metric.remove(*labels)
 
 
 def build_metrics() -> RouterMetrics:
@@ -63,5 +96,10 @@ def build_metrics() -> RouterMetrics:
             "prefix_breaks",
             "Turns that did not extend the previous one, by zone.",
             ["endpoint", "zone"],
+        ),
+        membership_errors=counter(
+            "membership_errors",
+            "Failed reads of the membership (API errors, unusable files); the last good one stays.",
+            ["source"],
         ),
     )

@@ -1,49 +1,51 @@
 """The proxy: pick a member for each request, forward it, stream the answer back.
 
-I/O at the edge. Per request: read the body (bounded), find the endpoint named by `model`,
-key the request (kvpin.router.keys), pick a member on the ring with bounded loads
-(kvpin.router.ring), forward the body unchanged (every engine serves the endpoint id as a model
-alias, so `model` needs no rewrite and the body no re-serialization), and copy the response back
-chunk by chunk as it arrives: `iter_any()` -> `write()` keeps aiohttp's flow control end to end
-and nothing is buffered. A copy of each chunk goes to a UsageReader for the cache metrics.
+I/O at the edge. Per request: authenticate (router.auth), read the body (bounded in size and
+time), summarize it (router.bodies, on or off the event loop: router.parsing), find the endpoint
+named by `model`, key the request (router.keys), pick a member on the ring with bounded loads
+(router.ring), and forward the body as it came (every engine serves the endpoint id as a model
+alias, so `model` needs no rewrite; only a tenant's `cache_salt` is ever added) to the route's
+own path on the member: the client's path picks one of a fixed set of routes and is never
+copied. The answer is copied back chunk by chunk as it arrives: `iter_any()` -> `write()` keeps
+aiohttp's flow control end to end and nothing is buffered. A copy of each chunk goes to a
+UsageReader for the cache metrics.
 
 Failover: a connect error, a timeout before the first byte, or a 5xx status before anything
-reached the client is retried on the next member of the walk (up to `max_attempts` members), and
-the failed member is ejected for `eject_seconds`. Once bytes have reached the client nothing is
-retried; a stream that breaks is cut, so the client sees it incomplete rather than ended.
+reached the client is retried on the next member of the walk (up to `max_attempts` members);
+router.outliers decides whom to eject. Once bytes have reached the client nothing is retried; a
+stream that breaks is cut, so the client sees it incomplete rather than ended.
 
-State kept here, per router replica: in-flight counts (the loads of the bound), ejections, and
+Every wait has a deadline: the client's body, each upstream step, each write to the client.
+In-flight counts are raised and lowered in one `with` block, so a cancelled request (a client
+that went away) lowers them too.
+
+State kept here, per router replica: in-flight counts (the loads of the bound), outliers, and
 where conversations that spilled past their key's member went (so they stay there instead of
-bouncing back), bounded in size.
+bouncing back), bounded in size; all of a member's state goes when it leaves the ring.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import json
+import contextlib
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from kvpin import api, logs
-from kvpin.router import errors, keys, ring, usage
+from kvpin.router import auth, bodies, errors, headers, keys, parsing, ring, usage
 from kvpin.router.breaks import BreakDetector
 from kvpin.router.config import ProxySettings
 from kvpin.router.membership.base import Endpoint, Membership
 from kvpin.router.metrics import RouterMetrics
+from kvpin.router.outliers import Outliers
 
 log = logging.getLogger(logs.PROXY)
-HOP_BY_HOP = frozenset(
-    h.lower()
-    for h in ("Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE",
-              "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length",
-              "Accept-Encoding", "Content-Encoding")
-)  # fmt: skip
 MEMBER_HEADER = "X-Kvpin-Member"
 BREAK_HEADER = "X-Kvpin-Prefix-Break"
 NO_MEMBER_RETRY_AFTER = 5.0
@@ -59,84 +61,93 @@ class Proxy:
         self.settings = settings
         self.metrics = metrics
         self.session: aiohttp.ClientSession | None = None
+        self.parser = parsing.Parser(settings.parse)
         self.loads: collections.defaultdict[str, dict[str, int]] = collections.defaultdict(dict)
-        self.ejected: dict[tuple[str, str], float] = {}
+        self.outliers = Outliers(settings.outliers)
         self.moved: collections.OrderedDict[tuple[str, str], str] = collections.OrderedDict()
         self.breaks = BreakDetector(settings.conversations)
+        membership.listeners.append(self.forget)
 
     async def start(self) -> None:
-        """Open the upstream connection pool."""
+        """Open the upstream connection pool and the parse workers."""
         t = self.settings.timeouts
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=t.connect),
             auto_decompress=False,
+            skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
         )
+        self.parser.start()
 
     async def close(self) -> None:
+        self.parser.close()
         if self.session:
             await self.session.close()
 
     # -- the request path ---------------------------------------------------------------------
 
-    def authorize(self, request: web.Request) -> None:
-        """Check the bearer token when tokens are configured."""
-        tokens = self.settings.auth_tokens
+    def authorize(self, request: web.Request) -> str | None:
+        """The caller's tenant when tokens are configured (None when they are not)."""
+        tokens = self.settings.tokens
         if not tokens:
-            return
-        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or token.strip() not in tokens:
+            return None
+        tenant = tokens.tenant_of(request.headers.get("Authorization", ""))
+        if tenant is None:
             raise errors.UnauthorizedError("a valid bearer token is required")
+        return tenant
 
-    async def read_body(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
-        """The raw body and its JSON object; 413 and 400 for what cannot be used."""
-        if (request.content_length or 0) > self.settings.max_body_bytes:
-            raise errors.BodyTooLargeError(
-                f"the body is larger than {self.settings.max_body_bytes} bytes"
-            )
+    async def read_body(self, request: web.Request) -> bytes:
+        """The raw body; 413, 408 and 400 for one that cannot be read."""
+        limit = self.settings.max_body_bytes
+        if (request.content_length or 0) > limit:
+            raise errors.BodyTooLargeError(f"the body is larger than {limit} bytes")
         try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge as err:
-            raise errors.BodyTooLargeError(
-                f"the body is larger than {self.settings.max_body_bytes} bytes"
-            ) from err
-        try:
-            body = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise errors.BadRequestError(f"the body is not valid JSON: {err}") from err
-        if not isinstance(body, dict):
-            raise errors.BadRequestError("the body must be a JSON object")
-        return raw, body
+            async with asyncio.timeout(self.settings.timeouts.client_body):
+                return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise errors.BodyTooLargeError(f"the body is larger than {limit} bytes") from None
+        except TimeoutError:
+            raise errors.RequestTimeoutError("the body did not arrive in time") from None
+        except (HttpProcessingError, aiohttp.ClientPayloadError) as err:
+            raise errors.BadRequestError(f"the body cannot be read: {err.message}") from None
 
-    def endpoint_of(self, body: Mapping[str, Any]) -> Endpoint:
+    def endpoint_of(self, model: str) -> Endpoint:
         """The endpoint named by `model`."""
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise errors.BadRequestError("`model` is required: the endpoint id, e.g. ep-support")
         endpoint = self.membership.endpoints.get(model)
         if endpoint is None:
             raise errors.UnknownEndpointError(f"the endpoint `{model}` does not exist")
         return endpoint
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        """POST /v1/...: route and forward one request."""
+    async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
+        """POST `path` (one of the inference routes): route and forward one request."""
         started = time.monotonic()
-        self.authorize(request)
-        raw, body = await self.read_body(request)
-        endpoint = self.endpoint_of(body)
-        routing = endpoint.config.routing
-        zones = keys.parse_zones(body)
-        session = keys.session_of(request.headers, body, routing.session_header)
-        conversation = keys.conversation_id(zones, session)
+        tenant = self.authorize(request)
+        raw = await self.read_body(request)
+        try:
+            summary = await self.parser.summarize(raw)
+        except bodies.BodyError as err:
+            raise errors.BadRequestError(str(err)) from None
+        endpoint = self.endpoint_of(summary.model)
+        ep, routing = endpoint.config.id, endpoint.config.routing
+        salt = summary.cache_salt
+        if routing.cache_salt == "tenant":
+            if tenant is None:
+                raise errors.UnauthorizedError(
+                    f"the endpoint `{ep}` keeps tenants' caches apart: a bearer token is required"
+                )
+            salt = auth.cache_salt(self.settings.tokens.secret, tenant, salt)
+            raw = bodies.with_field(raw, "cache_salt", salt)
+        session = keys.session_of(request.headers, summary.user, routing.session_header)
+        conversation = keys.conversation_id(summary.opening, session)
         key = keys.routing_key(
-            routing.key, endpoint.config.id, zones, session, prefix_chars=routing.prefix_chars
+            routing.key, ep, summary.head, session, prefix_chars=routing.prefix_chars, salt=salt
         )
-        broken = self.breaks.observe(f"{endpoint.config.id}/{conversation}", zones)
+        broken = self.breaks.observe(f"{ep}/{conversation}", summary.turn)
         if broken:
-            self.metrics.prefix_breaks.labels(endpoint.config.id, broken).inc()
+            self.metrics.of(self.metrics.prefix_breaks, ep, broken).inc()
         return await self.forward(
-            request, endpoint, raw, key=key, conversation=conversation, broken=broken,
-            started=started, first_turn=len(zones.history) <= 1,
+            request, endpoint, path, raw, key=key, conversation=conversation, broken=broken,
+            started=started, first_turn=summary.messages <= 1,
         )  # fmt: skip
 
     def choose(
@@ -157,9 +168,7 @@ class Proxy:
         rate.
         """
         ep = endpoint.config.id
-        now = time.monotonic()
-        ejected = {m for (e, m), until in self.ejected.items() if e == ep and until > now}
-        exclude = tried | ejected
+        exclude = tried | self.outliers.ejected(ep, time.monotonic())
         if len(exclude) >= len(endpoint.ring):  # all ejected: better to try them than refuse
             exclude = tried
         sticky = (ep, conversation)
@@ -181,6 +190,7 @@ class Proxy:
         self,
         request: web.Request,
         endpoint: Endpoint,
+        path: str,
         raw: bytes,
         *,
         key: str,
@@ -196,10 +206,14 @@ class Proxy:
         """
         ep = endpoint.config.id
         tried: set[str] = set()
+        failed: list[str] = []  # members that failed this request: outliers if another serves
         failure: str | None = None
         timed_out = False
-        last_5xx: tuple[int, bytes, str] | None = None
-        headers = _forward_headers(request.headers, strip_auth=bool(self.settings.auth_tokens))
+        last_5xx: web.Response | None = None
+        upstream_headers = headers.upstream(
+            request.headers, client=request.remote, scheme=request.scheme, host=request.host,
+            strip_auth=bool(self.settings.tokens),
+        )  # fmt: skip
         for attempt in range(self.settings.max_attempts):
             try:
                 choice = self.choose(endpoint, key, conversation, tried, first_turn)
@@ -208,54 +222,77 @@ class Proxy:
             member = choice.member
             tried.add(member.name)
             if attempt:
-                self.metrics.retries.labels(ep).inc()
+                self.metrics.of(self.metrics.retries, ep).inc()
             elif choice.spilled:
-                self.metrics.spills.labels(ep).inc()
-            self._load(ep, member, +1)
-            try:
-                upstream = await self._send(member, request, raw, headers)
-            except (aiohttp.ClientError, TimeoutError) as err:
-                failure = f"{member.name}: {type(err).__name__} {err}".strip()
-                timed_out, last_5xx = isinstance(err, TimeoutError), None
-                self._eject(ep, member)
-                self._load(ep, member, -1)
-                continue
-            try:
-                if upstream.status >= 500 and attempt + 1 < self.settings.max_attempts:
-                    body = await upstream.read()
-                    last_5xx = (upstream.status, body, upstream.content_type)
-                    failure, timed_out = f"{member.name}: HTTP {upstream.status}", False
-                    self._eject(ep, member)
+                self.metrics.of(self.metrics.spills, ep).inc()
+            with self._in_flight(ep, member.name):
+                try:
+                    upstream = await self._send(member, path, raw, upstream_headers)
+                except (aiohttp.ClientError, TimeoutError) as err:
+                    failure = f"{member.name}: {type(err).__name__}"
+                    log.warning("%s: %s %s", ep, failure, err)
+                    timed_out, last_5xx = isinstance(err, TimeoutError), None
+                    if isinstance(err, aiohttp.ClientConnectorError):  # nobody listens there
+                        self.outliers.unreachable(ep, member.name, time.monotonic())
+                        self._ejected(ep, member.name)
+                    else:
+                        failed.append(member.name)
                     continue
-                return await self._relay(
-                    request, upstream, endpoint, member, broken=broken, started=started
-                )
-            finally:
-                upstream.close()
-                self._load(ep, member, -1)
+                try:
+                    if upstream.status >= 500 and attempt + 1 < self.settings.max_attempts:
+                        last_5xx = await self._error_answer(upstream)
+                        failure, timed_out = f"{member.name}: HTTP {upstream.status}", False
+                        failed.append(member.name)
+                        continue
+                    if upstream.status < 500:
+                        self._served(ep, member.name, failed)
+                    return await self._relay(
+                        request, upstream, endpoint, member, broken=broken, started=started
+                    )
+                finally:
+                    upstream.close()
         if failure is None:
-            self.metrics.errors.labels(ep, "no_member").inc()
+            self.metrics.of(self.metrics.errors, ep, "no_member").inc()
             raise errors.NoMemberError(
                 f"the endpoint `{ep}` has no ready member", retry_after=NO_MEMBER_RETRY_AFTER
             )
-        self.metrics.errors.labels(ep, "upstream").inc()
-        if last_5xx:
-            status, body, content_type = last_5xx
-            return web.Response(status=status, body=body, content_type=content_type)
+        self.metrics.of(self.metrics.errors, ep, "upstream").inc()
+        log.warning("%s: no member answered (%d tried; last: %s)", ep, len(tried), failure)
+        if last_5xx is not None:
+            return last_5xx
         error = errors.UpstreamTimeoutError if timed_out else errors.UpstreamError
         raise error(
-            f"no member of `{ep}` answered ({len(tried)} tried; last: {failure})",
-            retry_after=NO_MEMBER_RETRY_AFTER,
+            f"no member of `{ep}` answered ({len(tried)} tried)", retry_after=NO_MEMBER_RETRY_AFTER
         )
 
     async def _send(
-        self, member: api.RingMember, request: web.Request, raw: bytes, headers: dict[str, str]
+        self, member: api.RingMember, path: str, raw: bytes, upstream_headers: dict[str, str]
     ) -> aiohttp.ClientResponse:
         assert self.session is not None
         async with asyncio.timeout(self.settings.timeouts.first_byte):
-            return await self.session.post(
-                member.url + request.rel_url.path_qs, data=raw, headers=headers
-            )
+            return await self.session.post(member.url + path, data=raw, headers=upstream_headers)
+
+    async def _error_answer(self, upstream: aiohttp.ClientResponse) -> web.Response:
+        """A member's 5xx answer, to relay if no other member does better.
+
+        Read for at most `timeouts.error_body` seconds and `max_error_body_bytes` bytes; one that
+        is cut short (too slow, too large, broken) is replaced by an error of the router's own
+        with the same status, never relayed truncated.
+        """
+        cap, body = self.settings.max_error_body_bytes, bytearray()
+        try:
+            async with asyncio.timeout(self.settings.timeouts.error_body):
+                while len(body) <= cap and (chunk := await upstream.content.read(cap + 1)):
+                    body += chunk
+        except (aiohttp.ClientError, TimeoutError):
+            body = bytearray(cap + 1)
+        if len(body) > cap:
+            err = errors.UpstreamError(f"the member answered HTTP {upstream.status}")
+            response = errors.to_response(err)
+            response.set_status(upstream.status)
+            return response
+        return web.Response(status=upstream.status, body=bytes(body),
+                            content_type=upstream.content_type)  # fmt: skip
 
     async def _relay(
         self,
@@ -268,68 +305,108 @@ class Proxy:
         started: float,
     ) -> web.StreamResponse:
         ep = endpoint.config.id
+        m = self.metrics
         first_byte = time.monotonic()
-        self.metrics.ttfb.labels(ep, member.name).observe(first_byte - started)
+        m.of(m.ttfb, ep, member.name).observe(first_byte - started)
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        for name, value in upstream.headers.items():
-            if name.lower() not in HOP_BY_HOP:
-                response.headers.add(name, value)
+        for name, value in headers.downstream(upstream.headers):
+            response.headers.add(name, value)
         if upstream.content_length is not None and upstream.headers.get("Content-Length"):
             response.content_length = upstream.content_length
         response.headers[MEMBER_HEADER] = member.name
         if broken and self.settings.break_header:
             response.headers[BREAK_HEADER] = broken
         reader = usage.UsageReader(event_stream=upstream.content_type == "text/event-stream")
-        idle = self.settings.timeouts.idle
+        t = self.settings.timeouts
         chunks = upstream.content.iter_any()
         try:
             await response.prepare(request)
             while True:
                 try:
-                    async with asyncio.timeout(idle):
+                    async with asyncio.timeout(t.idle):
                         chunk = await anext(chunks, None)
                 except (aiohttp.ClientError, TimeoutError) as err:
                     # Bytes already reached the client: no retry. Cut the connection so the
                     # client sees an incomplete response, not one that looks finished.
-                    log.warning(
-                        "%s: upstream %s broke mid-response: %s", ep, member.name,
-                        type(err).__name__,
-                    )  # fmt: skip
-                    self.metrics.errors.labels(ep, "upstream_broken").inc()
-                    if request.transport is not None:
-                        request.transport.abort()
-                    return response
+                    log.warning("%s: upstream %s broke mid-response: %s", ep, member.name,
+                                type(err).__name__)  # fmt: skip
+                    return self._cut(request, response, ep, "upstream_broken")
                 if chunk is None:
                     break
                 reader.feed(chunk)
-                await response.write(chunk)
+                try:
+                    async with asyncio.timeout(t.client_write):
+                        await response.write(chunk)
+                except TimeoutError:
+                    log.info("%s: the client stopped reading; cutting its response", ep)
+                    return self._cut(request, response, ep, "client_stalled")
             await response.write_eof()
         except ConnectionResetError:
-            # The client went away; returning closes the upstream request (see `forward`).
-            log.debug("%s: client disconnected", ep)
-            self.metrics.errors.labels(ep, "client_disconnected").inc()
+            m.of(m.errors, ep, "client_disconnected").inc()
             return response
-        self.metrics.requests.labels(ep, member.name, str(upstream.status)).inc()
-        self.metrics.latency.labels(ep, member.name).observe(time.monotonic() - started)
+        except asyncio.CancelledError:
+            m.of(m.errors, ep, "client_disconnected").inc()
+            raise
+        m.of(m.requests, ep, member.name, str(upstream.status)).inc()
+        m.of(m.latency, ep, member.name).observe(time.monotonic() - started)
         seen = reader.result()
         if seen is not None:
-            self.metrics.prompt_tokens.labels(ep).inc(seen.prompt_tokens)
-            self.metrics.cached_tokens.labels(ep).inc(seen.cached_tokens)
+            m.of(m.prompt_tokens, ep).inc(seen.prompt_tokens)
+            m.of(m.cached_tokens, ep).inc(seen.cached_tokens)
         return response
 
-    def _load(self, endpoint: str, member: api.RingMember, delta: int) -> None:
-        loads = self.loads[endpoint]
-        loads[member.name] = loads.get(member.name, 0) + delta
-        self.metrics.in_flight.labels(endpoint, member.name).set(loads[member.name])
+    def _cut(
+        self, request: web.Request, response: web.StreamResponse, ep: str, reason: str
+    ) -> web.StreamResponse:
+        self.metrics.of(self.metrics.errors, ep, reason).inc()
+        if request.transport is not None:
+            request.transport.abort()
+        return response
 
-    def _eject(self, endpoint: str, member: api.RingMember) -> None:
-        log.warning("%s: ejecting %s for %gs", endpoint, member.name, self.settings.eject_seconds)
-        self.ejected[endpoint, member.name] = time.monotonic() + self.settings.eject_seconds
-        self.metrics.ejections.labels(endpoint, member.name).inc()
+    # -- state ------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _in_flight(self, ep: str, member: str) -> Iterator[None]:
+        """Count a request on `member` for as long as the block runs, however it ends."""
+        self._load(ep, member, +1)
+        try:
+            yield
+        finally:
+            self._load(ep, member, -1)
 
-def _forward_headers(headers: Mapping[str, str], *, strip_auth: bool) -> dict[str, str]:
-    out = {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
-    if strip_auth:  # the router's own tokens are not the engine's business
-        out = {k: v for k, v in out.items() if k.lower() != "authorization"}
-    return out
+    def _load(self, ep: str, member: str, delta: int) -> None:
+        loads = self.loads[ep]
+        now = loads[member] = loads.get(member, 0) + delta
+        current = self.membership.endpoints.get(ep)
+        if now == 0 and (current is None or member not in current.ring.members):
+            del loads[member]  # the last request on a member that left
+            self.metrics.forget(ep, {member})
+            return
+        self.metrics.of(self.metrics.in_flight, ep, member).set(now)
+
+    def _served(self, ep: str, member: str, failed: list[str]) -> None:
+        """`member` answered: the members that failed this request before it were at fault."""
+        self.outliers.succeeded(ep, member)
+        now = time.monotonic()
+        for name in failed:
+            if self.outliers.failed(ep, name, now):
+                self._ejected(ep, name)
+
+    def _ejected(self, ep: str, member: str) -> None:
+        log.warning("%s: ejecting %s for %gs", ep, member, self.settings.outliers.eject_seconds)
+        self.metrics.of(self.metrics.ejections, ep, member).inc()
+
+    def forget(self, old: Mapping[str, Endpoint], new: Mapping[str, Endpoint]) -> None:
+        """Drop the state and metric series of endpoints and members that left."""
+        for ep, before in old.items():
+            after = new.get(ep)
+            gone = set(before.ring.members) - (set(after.ring.members) if after else set())
+            if after is None:
+                self.metrics.forget(ep)
+            idle = {m for m in gone if not self.loads.get(ep, {}).get(m)}
+            self.metrics.forget(ep, idle)
+            self.outliers.forget(ep, gone)
+            for member in idle:
+                self.loads.get(ep, {}).pop(member, None)
+            if after is None and not self.loads.get(ep):
+                self.loads.pop(ep, None)

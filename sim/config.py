@@ -81,7 +81,9 @@ class SimConfig:
         """Every name the simulator answers to, the first one reported in responses."""
         return self.served_model_names or (self.model,)
 
-    @property
-    def salt(self) -> int:
-        """Block-hash salt: a different model or adapter never shares blocks."""
-        return zlib.crc32(f"{self.model}\0{self.adapter}".encode())
+    def salt(self, cache_salt: str = "") -> int:
+        """Block-hash salt: a different model, adapter or request `cache_salt` never shares
+        blocks (vLLM folds `cache_salt` into the first block's hash, so the chain differs)."""
+        return zlib.crc32(
+            f"{self.model}\0{self.adapter}\0{cache_salt}".encode("utf-8", "surrogatepass")
+        )

@@ -84,6 +84,7 @@ class Request:
     max_tokens: int
     stream: bool
     include_usage: bool
+    cache_salt: str = ""  # vLLM's: prompts with different salts share no cached block
 
 
 def parse(
@@ -128,7 +129,16 @@ def parse(
     options = body.get("stream_options") or {}
     if not isinstance(options, Mapping):
         raise ProtocolError(400, "`stream_options` must be an object", param="stream_options")
-    return Request(kind, model, prompt, max_tokens, stream, bool(options.get("include_usage")))
+    cache_salt = body.get("cache_salt")
+    if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
+        raise ProtocolError(
+            400, "Parameter 'cache_salt' must be a non-empty string if provided.",
+            param="cache_salt",
+        )  # fmt: skip
+    return Request(
+        kind, model, prompt, max_tokens, stream, bool(options.get("include_usage")),
+        cache_salt or "",
+    )  # fmt: skip
 
 
 def _chat_prompt(body: Mapping[str, Any], encode: tokenizing.Tokenize) -> list[int]:

@@ -100,7 +100,9 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
     if sim.roll(config.faults.error_rate):
         raise protocol.ProtocolError(500, "simulated engine error", type="server_error")
     drop = sim.roll(config.faults.drop_rate)
-    hashes = caching.block_hashes(parsed.prompt, block_size=config.block_size, salt=config.salt)
+    hashes = caching.block_hashes(
+        parsed.prompt, block_size=config.block_size, salt=config.salt(parsed.cache_salt)
+    )
     started = time.monotonic()
     generation = await sim.engine.start(hashes, len(parsed.prompt), parsed.max_tokens)
     try:

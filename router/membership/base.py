@@ -9,10 +9,9 @@ new ones see consistent rings, and nothing is dropped by a reload.
 from __future__ import annotations
 
 import abc
-import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from kvpin import logs
 from kvpin.router.config import EndpointConfig
@@ -30,6 +29,9 @@ class Endpoint:
     ring: EndpointRing
 
 
+Listener = Callable[[Mapping[str, "Endpoint"], Mapping[str, "Endpoint"]], None]
+
+
 class Membership(abc.ABC):
     """A source of endpoints. Subclasses fetch; this class publishes."""
 
@@ -37,6 +39,11 @@ class Membership(abc.ABC):
         self.endpoints: Mapping[str, Endpoint] = {}
         self.ready = False
         self.metrics: RouterMetrics | None = None
+        self.listeners: list[Listener] = []  # called with (old, new) after each publish
+
+    def stale(self) -> str | None:
+        """Why the snapshot may no longer be current (for /readyz), or None."""
+        return None
 
     @abc.abstractmethod
     async def start(self) -> None:
@@ -67,17 +74,16 @@ class Membership(abc.ABC):
                     ",".join(sorted(before - after)) or "none",
                 )  # fmt: skip
                 if self.metrics:
-                    self.metrics.ring_changes.labels(endpoint_id).inc()
+                    self.metrics.of(self.metrics.ring_changes, endpoint_id).inc()
         for gone in old.keys() - new.keys():
             log.info("endpoint %s removed", gone)
-            if self.metrics:
-                with contextlib.suppress(KeyError):
-                    self.metrics.ring_members.remove(gone)
         if self.metrics:
             for endpoint_id, endpoint in new.items():
-                self.metrics.ring_members.labels(endpoint_id).set(len(endpoint.ring))
+                self.metrics.of(self.metrics.ring_members, endpoint_id).set(len(endpoint.ring))
         self.endpoints = new
         self.ready = True
+        for listener in self.listeners:
+            listener(old, new)
 
 
 class FixedMembership(Membership):

@@ -5,12 +5,18 @@ CachedEndpoints, then watches from the list's resourceVersion; every watch that 
 timeout, an error, a 410 Gone) is followed by a fresh list that replaces what was known, so a
 missed event can never leave a departed member on a ring for longer than one watch period.
 Events are handed to the event loop, which publishes a new snapshot.
+
+The threads never die: any error (the API server unreachable or slow, a urllib3 timeout, a
+malformed answer) is logged and counted, and the list is retried with exponential backoff
+(with jitter, capped). Meanwhile the router keeps serving the last snapshot it had, and
+`stale()` tells /readyz once no list or watch has succeeded for `stale_seconds`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +25,6 @@ from typing import Any
 import kubernetes.client
 import kubernetes.config
 import kubernetes.watch
-from kubernetes.client.exceptions import ApiException
 
 from kvpin import api, logs
 from kvpin.router import config
@@ -27,7 +32,9 @@ from kvpin.router.membership.base import Membership
 
 log = logging.getLogger(logs.MEMBERSHIP)
 WATCH_SECONDS = 60  # a relist at least this often
-RETRY_SECONDS = 2.0
+RETRY_SECONDS = 1.0  # the first retry after an error; doubled each time, up to RETRY_MAX
+RETRY_MAX = 30.0
+STALE_SECONDS = 3 * WATCH_SECONDS
 
 
 def api_client(kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
@@ -74,11 +81,17 @@ class KubernetesMembership(Membership):
     """Follows CachedEndpoints in some namespaces (all when none are given)."""
 
     def __init__(
-        self, namespaces: Sequence[str] = (), *, client: Callable[[], Any] = api_client
+        self,
+        namespaces: Sequence[str] = (),
+        *,
+        client: Callable[[], Any] = api_client,
+        stale_seconds: float = STALE_SECONDS,
     ) -> None:
         super().__init__()
         self.namespaces = tuple(namespaces) or (None,)
+        self.stale_seconds = stale_seconds
         self._client_factory = client
+        self._synced: dict[str | None, float] = {}  # namespace -> last time the API answered
         self._objects: dict[str | None, dict[tuple[str, str], Mapping[str, Any]]] = {}
         self._stopping = threading.Event()
         self._listed: set[str | None] = set()
@@ -98,6 +111,15 @@ class KubernetesMembership(Membership):
     async def stop(self) -> None:
         self._stopping.set()  # threads end within one watch period; they are daemons
 
+    def stale(self) -> str | None:
+        now = time.monotonic()
+        for namespace in self.namespaces:
+            age = now - self._synced.get(namespace, now)
+            if age > self.stale_seconds:
+                return (f"CachedEndpoints ({namespace or 'all namespaces'}) not read for "
+                        f"{age:.0f}s; serving the last membership")  # fmt: skip
+        return None
+
     # -- in the watch threads ---------------------------------------------------------------
 
     def _call(self, callback: Callable[..., None], *args: Any) -> None:
@@ -113,16 +135,20 @@ class KubernetesMembership(Membership):
         else:
             lister = custom.list_cluster_custom_object
             args = (*args, api.PLURAL)
+        delay = RETRY_SECONDS
         while not self._stopping.is_set():
             try:
-                listed = lister(*args)
+                listed = lister(*args, _request_timeout=WATCH_SECONDS)
+                self._synced[namespace] = time.monotonic()
                 self._call(self._replace, namespace, listed.get("items") or [])
                 version = listed["metadata"]["resourceVersion"]
+                delay = RETRY_SECONDS
                 watch = kubernetes.watch.Watch()
                 for event in watch.stream(
                     lister, *args, resource_version=version, timeout_seconds=WATCH_SECONDS,
                     allow_watch_bookmarks=True, _request_timeout=WATCH_SECONDS + 10,
                 ):  # fmt: skip
+                    self._synced[namespace] = time.monotonic()
                     if self._stopping.is_set():
                         watch.stop()
                         break
@@ -131,12 +157,21 @@ class KubernetesMembership(Membership):
                         break  # e.g. 410 Gone: relist
                     if kind in ("ADDED", "MODIFIED", "DELETED"):
                         self._call(self._apply, namespace, kind, event["raw_object"])
-            except (ApiException, OSError, ValueError, KeyError) as err:
-                log.warning("watching CachedEndpoints (%s) failed, relisting: %s",
-                            namespace or "all namespaces", err)  # fmt: skip
-                time.sleep(RETRY_SECONDS)
+                else:
+                    self._synced[namespace] = time.monotonic()  # a watch that ran its course
+            except Exception as err:  # whatever it was, the watch goes on
+                log.warning("reading CachedEndpoints (%s) failed, retrying in %.1fs: %s: %s",
+                            namespace or "all namespaces", delay, type(err).__name__,
+                            err)  # fmt: skip
+                self._call(self._count_error)
+                self._stopping.wait(delay * random.uniform(0.5, 1.0))
+                delay = min(delay * 2, RETRY_MAX)
 
     # -- on the event loop ------------------------------------------------------------------
+
+    def _count_error(self) -> None:
+        if self.metrics:
+            self.metrics.of(self.metrics.membership_errors, "kubernetes").inc()
 
     @staticmethod
     def _key(obj: Mapping[str, Any]) -> tuple[str, str]:

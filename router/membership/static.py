@@ -1,9 +1,10 @@
 """Endpoints from a YAML file, reloaded when the file changes.
 
 I/O: the file is polled (its mtime, size and inode) every `interval` seconds, which also
-follows the symlink swaps of a mounted ConfigMap. A new version that fails to parse is logged
-and ignored: the router keeps serving the last good one. Requests in flight are not touched by
-a reload (see kvpin.router.membership.base).
+follows the symlink swaps of a mounted ConfigMap. A new version that cannot be used (not UTF-8,
+not YAML, a key given twice, an invalid endpoint) is logged and counted, and the router keeps
+serving the last good one; the poll goes on whatever happens, so the next good version loads.
+Requests in flight are not touched by a reload (see kvpin.router.membership.base).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import pathlib
+from typing import Any
 
 import yaml
 
@@ -22,11 +24,32 @@ from kvpin.router.membership.base import Membership
 log = logging.getLogger(logs.MEMBERSHIP)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping key given twice (YAML says keys are unique; PyYAML
+    would silently keep the last, hiding an endpoint or a member list)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _UniqueKeyLoader.construct_mapping
+)
+
+
 def load(path: pathlib.Path) -> dict[str, config.EndpointConfig]:
     """Read and validate the file; ConfigError says what is wrong."""
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
+        doc = yaml.load(path.read_bytes().decode("utf-8"), Loader=_UniqueKeyLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise config.ConfigError(f"{path}: {err}") from err
     return config.parse_static(doc)
 
@@ -68,7 +91,9 @@ class StaticMembership(Membership):
             self._seen = stamp
             try:
                 self.publish(load(self.path))
-            except config.ConfigError as err:
+            except Exception as err:  # a bad file must never stop the reloads
                 log.error("ignoring the new %s, still serving the previous one: %s", self.path, err)
+                if self.metrics:
+                    self.metrics.of(self.metrics.membership_errors, "static").inc()
             else:
                 log.info("reloaded %s", self.path)

@@ -13,6 +13,7 @@ from kvpin import api
 from kvpin.router import app as router_app
 from kvpin.router import config as router_config
 from kvpin.router.membership.base import FixedMembership, Membership
+from kvpin.router.outliers import OutlierSettings
 from kvpin.sim import server
 from kvpin.sim.config import SimConfig
 from kvpin.sim.engine import Timing
@@ -71,7 +72,7 @@ async def start_router() -> AsyncIterator[StartRouter]:
         **settings: Any,
     ) -> str:
         membership = membership or FixedMembership({e.id: e for e in endpoints})
-        settings.setdefault("eject_seconds", 30.0)
+        settings.setdefault("outliers", OutlierSettings(eject_seconds=30.0))
         app = router_app.make_app(membership, router_config.ProxySettings(**settings))
         runner, url = await serve(app)
         runners.append(runner)

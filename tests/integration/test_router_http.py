@@ -13,6 +13,7 @@ import openai
 import pytest
 import yaml
 
+from kvpin.router import auth
 from kvpin.router.membership.base import FixedMembership
 from kvpin.router.membership.static import StaticMembership
 from tests.integration.conftest import StartRouter, StartSim, endpoint, replace_timing
@@ -277,7 +278,7 @@ async def test_two_router_replicas_make_the_same_choice(
 
 async def test_inbound_authentication(start_sim: StartSim, start_router: StartRouter) -> None:
     router = await start_router(
-        endpoint("ep-a", [await start_sim()]), auth_tokens=frozenset({"s3cret"})
+        endpoint("ep-a", [await start_sim()]), tokens=auth.parse_tokens("s3cret")
     )
     async with (
         aiohttp.ClientSession() as session,

@@ -1,8 +1,8 @@
 from kvpin.router import breaks, keys
 
 
-def zones(system: str = "sys", tools: str = "", *history: str) -> keys.Zones:
-    return keys.Zones(system, tools, tuple(("user", h) for h in history))
+def zones(system: str = "sys", tools: str = "", *history: str) -> breaks.Turn:
+    return breaks.fingerprint(keys.Zones(system, tools, tuple(("user", h) for h in history)))
 
 
 def test_append_only_turns_do_not_break() -> None:
@@ -26,3 +26,12 @@ def test_memory_is_bounded() -> None:
         d.observe(str(i), zones())
     assert len(d) == 3
     assert d.observe("0", zones("changed")) is None  # forgotten: nothing to compare with
+
+
+def test_the_record_kept_per_conversation_has_one_size_whatever_the_history() -> None:
+    short, long = zones("s", "", "a"), zones("s", "", *map(str, range(5000)))
+    assert len(short.record()) == len(long.record()) == 28
+    d = breaks.BreakDetector()
+    d.observe("c", long)
+    assert d.observe("c", zones("s", "", *map(str, range(5001)))) is None
+    assert d.observe("c", zones("s", "", *map(str, range(4999)), "x", "y")) == "history"

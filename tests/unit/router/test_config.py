@@ -24,6 +24,10 @@ def test_named_members_and_routing() -> None:
     assert eps["ep"].routing == config.RoutingConfig("session", 2.0, 160, "X-Conv", 512)
 
 
+M = ["http://10.0.0.5:8000"]
+NAN, INF = float("nan"), float("inf")
+
+
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
@@ -32,9 +36,28 @@ def test_named_members_and_routing() -> None:
         ({"endpoints": {"ep": {"members": ["ftp://x"]}}}, "http://host:port"),
         ({"endpoints": {"ep": {"members": ["http://x:1/path"]}}}, "http://host:port"),
         ({"endpoints": {"ep": {"members": ["http://x:1", "http://x:1"]}}}, "unique"),
-        ({"endpoints": {"ep": {"members": [], "routing": {"key": "random"}}}}, "routing.key"),
-        ({"endpoints": {"ep": {"members": [], "routing": {"loadFactor": 0.9}}}}, "at least 1"),
-        ({"endpoints": {"bad id!": {"members": []}}}, "endpoint ids"),
+        ({"endpoints": {"ep": {"members": M, "routing": {"key": "random"}}}}, "routing.key"),
+        ({"endpoints": {"ep": {"members": M, "routing": {"loadFactor": 0.9}}}}, "at least 1"),
+        ({"endpoints": {"ep": {"members": M, "routing": {"loadFactor": NAN}}}}, "finite"),
+        ({"endpoints": {"ep": {"members": M, "routing": {"loadFactor": INF}}}}, "finite"),
+        ({"endpoints": {"ep": {"members": M, "routing": {"cacheSalt": "x"}}}}, "cacheSalt"),
+        ({"endpoints": {"ep": {"members": M, "routing": {"prefixChars": 10**6}}}}, "at most"),
+        ({"endpoints": {"ep": {"members": []}}}, "is empty"),
+        ({"endpoints": {"ep": {"members": ["http://[::1"]}}}, "not a URL"),
+        (
+            {
+                "endpoints": {
+                    "ep": {
+                        "members": [
+                            {"name": "a", "url": "http://x:1"},
+                            {"name": "b", "url": "http://x:1"},
+                        ]
+                    }
+                }
+            },
+            "URLs must be unique",
+        ),
+        ({"endpoints": {"bad id!": {"members": M}}}, "endpoint ids"),
     ],
 )
 def test_bad_configs_say_what_is_wrong(doc, message) -> None:

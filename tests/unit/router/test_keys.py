@@ -15,8 +15,9 @@ def key(
     body: dict, mode: str = "prefix", headers: dict | None = None, prefix_chars: int = 2048
 ) -> str:
     zones = keys.parse_zones(body)
-    session = keys.session_of(headers or {}, body, "X-Session-ID")
-    return keys.routing_key(mode, "ep", zones, session, prefix_chars=prefix_chars)
+    session = keys.session_of(headers or {}, body.get("user"), "X-Session-ID")
+    head = keys.head(zones, keys.HEAD_CHARS)
+    return keys.routing_key(mode, "ep", head, session, prefix_chars=prefix_chars)
 
 
 def test_every_turn_of_a_conversation_has_the_same_key() -> None:
@@ -63,11 +64,25 @@ def test_completions_and_odd_bodies_never_raise() -> None:
         assert len(key(odd)) == 16
 
 
+def conversation(body: dict, session: str | None = None) -> str:
+    return keys.conversation_id(keys.opening(keys.parse_zones(body)), session)
+
+
 def test_conversation_id_survives_edits_of_the_system_prompt() -> None:
-    a = keys.conversation_id(keys.parse_zones(chat("Where is my order?")), None)
-    b = keys.conversation_id(keys.parse_zones(chat("Where is my order?", system="v2")), None)
-    assert a == b
-    assert keys.conversation_id(keys.parse_zones(chat("Other")), None) != a
-    assert keys.conversation_id(keys.parse_zones(chat("x")), "s-1") == keys.conversation_id(
-        keys.parse_zones(chat("y")), "s-1"
-    )
+    a = conversation(chat("Where is my order?"))
+    assert conversation(chat("Where is my order?", system="v2")) == a
+    assert conversation(chat("Other")) != a
+    assert conversation(chat("x"), "s-1") == conversation(chat("y"), "s-1") != a
+
+
+def test_a_shorter_head_is_a_prefix_of_a_longer_one() -> None:
+    zones = keys.parse_zones(chat("What is 2+2?", system="short"))
+    full = keys.head(zones, keys.HEAD_CHARS)
+    assert all(keys.head(zones, n) == full[:n] for n in (1, 5, 6, 30, 200))
+
+
+def test_a_cache_salt_separates_prefix_keys() -> None:
+    head = keys.head(keys.parse_zones(chat("hi")), keys.HEAD_CHARS)
+    plain = keys.routing_key("prefix", "ep", head, None, prefix_chars=2048)
+    salted = keys.routing_key("prefix", "ep", head, None, prefix_chars=2048, salt="tenant-a")
+    assert plain != salted

@@ -19,4 +19,5 @@ def test_names_and_salt() -> None:
     c = config.SimConfig(model="m", served_model_names=("ep-a", "m"))
     assert c.names == ("ep-a", "m")
     assert config.SimConfig(model="m").names == ("m",)
-    assert config.SimConfig(model="m").salt != config.SimConfig(model="m", adapter="lora").salt
+    assert config.SimConfig(model="m").salt() != config.SimConfig(model="m", adapter="lora").salt()
+    assert config.SimConfig(model="m").salt("tenant-a") != config.SimConfig(model="m").salt()
