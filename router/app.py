@@ -110,7 +110,13 @@ def make_app(membership: Membership, settings: ProxySettings) -> web.Application
     return app
 
 
+RUNNER_OPTIONS = {
+    "handler_cancellation": True,  # a client that goes away cancels its upstream request
+    "auto_decompress": False,  # bodies are decoded by router.bodies, bounded, with a JSON error
+    "access_log": None,
+}
+
+
 def run(app: web.Application, *, host: str, port: int) -> None:
-    """Serve until interrupted; a client that goes away cancels its upstream request."""
-    web.run_app(app, host=host, port=port, print=None, handler_cancellation=True,
-                access_log=None)  # fmt: skip
+    """Serve until interrupted."""
+    web.run_app(app, host=host, port=port, print=None, **RUNNER_OPTIONS)  # type: ignore[arg-type]

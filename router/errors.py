@@ -21,6 +21,7 @@ class RouterError(Exception):
     status = 500
     type = "server_error"
     code: str | None = None
+    close = False  # the body was not read whole: close the connection rather than drain it
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -46,6 +47,7 @@ class MethodNotAllowedError(RouterError):
 
 class RequestTimeoutError(RouterError):
     status, type, code = 408, "invalid_request_error", "request_timeout"
+    close = True
 
 
 class UnknownEndpointError(RouterError):
@@ -54,6 +56,7 @@ class UnknownEndpointError(RouterError):
 
 class BodyTooLargeError(RouterError):
     status, type, code = 413, "invalid_request_error", "request_too_large"
+    close = True
 
 
 class NoMemberError(RouterError):
@@ -77,11 +80,14 @@ def to_response(err: RouterError) -> web.Response:
     headers = {}
     if err.retry_after is not None:
         headers["Retry-After"] = str(max(1, round(err.retry_after)))
-    return web.json_response(
+    response = web.json_response(
         {"error": {"message": err.message, "type": err.type, "code": err.code}},
         status=err.status,
         headers=headers,
     )
+    if err.close:
+        response.force_close()
+    return response
 
 
 def render(err: Exception) -> web.Response:

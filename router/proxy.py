@@ -36,6 +36,7 @@ from collections.abc import Iterator, Mapping
 import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from kvpin import api, logs
 from kvpin.router import auth, bodies, errors, headers, keys, parsing, ring, usage
@@ -103,13 +104,20 @@ class Proxy:
             raise errors.BodyTooLargeError(f"the body is larger than {limit} bytes")
         try:
             async with asyncio.timeout(self.settings.timeouts.client_body):
-                return await request.read()
+                raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise errors.BodyTooLargeError(f"the body is larger than {limit} bytes") from None
         except TimeoutError:
             raise errors.RequestTimeoutError("the body did not arrive in time") from None
-        except (HttpProcessingError, aiohttp.ClientPayloadError) as err:
-            raise errors.BadRequestError(f"the body cannot be read: {err.message}") from None
+        except (HttpProcessingError, RequestPayloadError) as err:
+            raise errors.BadRequestError(f"the body cannot be read: {err}") from None
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        try:
+            return bodies.decode(raw, encoding, limit)
+        except bodies.TooLargeError:
+            raise errors.BodyTooLargeError(f"the body is larger than {limit} bytes") from None
+        except bodies.BodyError as err:
+            raise errors.BadRequestError(str(err)) from None
 
     def endpoint_of(self, model: str) -> Endpoint:
         """The endpoint named by `model`."""

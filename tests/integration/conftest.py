@@ -23,9 +23,10 @@ StartRouter = Callable[..., Awaitable[str]]
 FAST = Timing(time_scale=0.001)
 
 
-async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
+async def serve(app: web.Application, **options: Any) -> tuple[web.AppRunner, str]:
     """Serve `app` on a free loopback port; the runner and base URL."""
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    options = {"handler_cancellation": True, "access_log": None, **options}
+    runner = web.AppRunner(app, **options)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -74,7 +75,7 @@ async def start_router() -> AsyncIterator[StartRouter]:
         membership = membership or FixedMembership({e.id: e for e in endpoints})
         settings.setdefault("outliers", OutlierSettings(eject_seconds=30.0))
         app = router_app.make_app(membership, router_config.ProxySettings(**settings))
-        runner, url = await serve(app)
+        runner, url = await serve(app, **router_app.RUNNER_OPTIONS)
         runners.append(runner)
         return url
 
