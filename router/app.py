@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
+import aiohttp
 from aiohttp import web
 
 from kvpin import logs, serving
@@ -38,6 +39,18 @@ def forwarding(path: str) -> serving.Handler:
         return await request.app[PROXY].handle(request, path)
 
     return forward
+
+
+async def expect_continue(request: web.Request) -> web.StreamResponse | None:
+    """`Expect: 100-continue` is answered by the router (the body is read here, not upstream);
+    any other expectation is refused with a JSON 417, as aiohttp would in plain text."""
+    expect = request.headers.get("Expect", "")
+    if expect.lower() != "100-continue":
+        return errors.to_response(errors.ExpectationFailedError("only `Expect: 100-continue`"))
+    if request.version == aiohttp.HttpVersion11:
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the response proper has not started
+    return None
 
 
 @renders_errors
@@ -100,13 +113,12 @@ def make_app(membership: Membership, settings: ProxySettings) -> web.Application
 
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
-    app.router.add_get("/v1/models", list_models)
-    for path in settings.routes:
-        app.router.add_post(path, forwarding(path))
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_route("*", "/{tail:.*}", not_found)
+    routes = [("GET", "/v1/models", list_models), ("GET", "/healthz", healthz),
+              ("GET", "/readyz", readyz), ("GET", "/metrics", metrics),
+              *(("POST", path, forwarding(path)) for path in settings.routes),
+              ("*", "/{tail:.*}", not_found)]  # fmt: skip
+    for method, path, handler in routes:
+        app.router.add_route(method, path, handler, expect_handler=expect_continue)
     return app
 
 

@@ -50,6 +50,11 @@ class RequestTimeoutError(RouterError):
     close = True
 
 
+class ExpectationFailedError(RouterError):
+    status, type, code = 417, "invalid_request_error", "expectation_failed"
+    close = True
+
+
 class UnknownEndpointError(RouterError):
     status, type, code = 404, "invalid_request_error", "model_not_found"
 

@@ -418,3 +418,12 @@ async def test_tenants_sharing_an_endpoint_share_no_cache(
         body = {"model": "ep-a", "messages": messages}
         async with session.post(f"{router}/v1/chat/completions", json=body) as r:
             assert r.status == 401  # no token, no tenant: refused, not served unsalted
+
+
+async def test_an_unknown_expectation_gets_a_json_417(start_router: StartRouter) -> None:
+    router = await start_router(endpoint("ep-a", ["http://127.0.0.1:9"]))
+    for path in ("/v1/chat/completions", "/nowhere"):
+        answer = await upstreams.raw_request(router, upstreams.http_post(path, b"{}", Expect="0"))
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split()[1] == b"417"
+        assert json.loads(body)["error"]["code"] == "expectation_failed"
