@@ -86,10 +86,12 @@ class KubernetesMembership(Membership):
         *,
         client: Callable[[], Any] = api_client,
         stale_seconds: float = STALE_SECONDS,
+        watch_seconds: int = WATCH_SECONDS,
     ) -> None:
         super().__init__()
         self.namespaces = tuple(namespaces) or (None,)
         self.stale_seconds = stale_seconds
+        self.watch_seconds = watch_seconds
         self._client_factory = client
         self._synced: dict[str | None, float] = {}  # namespace -> last time the API answered
         self._objects: dict[str | None, dict[tuple[str, str], Mapping[str, Any]]] = {}
@@ -138,15 +140,15 @@ class KubernetesMembership(Membership):
         delay = RETRY_SECONDS
         while not self._stopping.is_set():
             try:
-                listed = lister(*args, _request_timeout=WATCH_SECONDS)
+                listed = lister(*args, _request_timeout=self.watch_seconds)
                 self._synced[namespace] = time.monotonic()
                 self._call(self._replace, namespace, listed.get("items") or [])
                 version = listed["metadata"]["resourceVersion"]
                 delay = RETRY_SECONDS
                 watch = kubernetes.watch.Watch()
                 for event in watch.stream(
-                    lister, *args, resource_version=version, timeout_seconds=WATCH_SECONDS,
-                    allow_watch_bookmarks=True, _request_timeout=WATCH_SECONDS + 10,
+                    lister, *args, resource_version=version, timeout_seconds=self.watch_seconds,
+                    allow_watch_bookmarks=True, _request_timeout=self.watch_seconds + 10,
                 ):  # fmt: skip
                     self._synced[namespace] = time.monotonic()
                     if self._stopping.is_set():
