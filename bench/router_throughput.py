@@ -16,6 +16,7 @@ import shutil
 import sys
 import tempfile
 import timeit
+import tracemalloc
 from collections.abc import Iterator
 
 import yaml
@@ -66,6 +67,40 @@ def decision_cost(prompt_bytes: int = 32 * 1024, members: int = 8) -> float:
 
     runs = 2000
     return min(timeit.repeat(decide, number=runs, repeat=3)) / runs
+
+
+def conversation_bytes(conversations: int = 20_000) -> float:
+    """Bytes the break detector holds per conversation (traced allocations, 40-turn histories)."""
+
+    def body(c: int) -> bytes:
+        messages = [{"role": "user", "content": f"conversation {c} turn {t}"} for t in range(40)]
+        return json.dumps({"model": "ep-a", "messages": messages}).encode()
+
+    turns = [router_bodies.summarize(body(c), router_bodies.Limits()) for c in range(50)]
+    detector = BreakDetector(capacity=conversations)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for c in range(conversations):
+        detector.observe(keys.digest("c", str(c)), turns[c % len(turns)].turn)
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return held / conversations
+
+
+def parse_ms_per_mib() -> dict[str, float]:
+    """Milliseconds per MiB to summarize a body: long strings, and many tiny messages."""
+    long_text = {"model": "ep-a", "messages": [
+        {"role": "user", "content": "lorem ipsum dolor sit amet " * 4000} for _ in range(40)
+    ]}  # fmt: skip
+    tiny = {"model": "ep-a", "messages": [{"role": "user", "content": "x"}] * 9000}
+    out = {}
+    for name, body in (("long strings", long_text), ("tiny messages", tiny)):
+        raw = json.dumps(body).encode()
+        limits = router_bodies.Limits(max_messages=10**6)
+        seconds = min(timeit.repeat(lambda raw=raw, limits=limits: router_bodies.summarize(
+            raw, limits), number=3, repeat=3)) / 3  # fmt: skip
+        out[name] = seconds * 1e3 / (len(raw) / 2**20)
+    return out
 
 
 def _targets(urls: list[str], tmp: pathlib.Path) -> Iterator[tuple[str, list[str]]]:
@@ -122,7 +157,7 @@ def run(config: RouterBenchConfig) -> str:
             path = "/healthz" if name == "kvpin router" else "/health"
             with processes.running(command, health_url=base + path, cpus=[config.router_cpu]):
                 rows.append(_measure(name, base, config))
-    return format_report(rows, decision_cost(), config)
+    return format_report(rows, decision_cost(), config, conversation_bytes(), parse_ms_per_mib())
 
 
 def _measure(name: str, base: str, config: RouterBenchConfig) -> Row:
@@ -135,7 +170,13 @@ def _measure(name: str, base: str, config: RouterBenchConfig) -> Row:
     return Row(name, throughput, latency)
 
 
-def format_report(rows: list[Row], decision_s: float, config: RouterBenchConfig) -> str:
+def format_report(
+    rows: list[Row],
+    decision_s: float,
+    config: RouterBenchConfig,
+    per_conversation: float,
+    parse_ms: dict[str, float],
+) -> str:
     """The table, the decision cost and the command."""
     direct = rows[0].latency.latency_s.get(50, 0.0)
     lines = [
@@ -155,6 +196,11 @@ def format_report(rows: list[Row], decision_s: float, config: RouterBenchConfig)
         "",
         f"Routing decision for a 32 KB chat body (parse, keys, break check, ring walk): "
         f"{decision_s * 1e6:.0f} µs",
+        f"Break detector memory: {per_conversation:.0f} bytes per conversation, "
+        "whatever its length",
+        "Summarizing a body: "
+        + ", ".join(f"{name} {ms:.1f} ms/MiB" for name, ms in parse_ms.items())
+        + " (bodies over 2 MiB or 500 objects are parsed in a worker process)",
         "",
         f"`kvpin bench router --duration {config.duration_s:g} --connections "
         f"{config.connections}` (routers on CPU {config.router_cpu}; {config.sims} sims and wrk "

@@ -83,7 +83,7 @@ class ParseSettings:
     """Worker processes for large bodies; 0 parses every body on the event loop."""
     inline_bytes: int = 2 * 2**20
     """Bodies up to this size may be parsed inline..."""
-    inline_objects: int = 2_000
+    inline_objects: int = 500
     """...if they hold at most this many JSON objects (an upper bound: `{` bytes)."""
     limits: bodies.Limits = bodies.Limits()
 
