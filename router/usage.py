@@ -13,9 +13,10 @@ Engines report cached tokens three ways; all become one figure:
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 JSON_LIMIT = 4 * 2**20  # responses larger than this are forwarded but not read for usage
 
@@ -74,7 +75,7 @@ class UsageReader:
     def _line(self, line: bytes) -> None:
         if line.startswith(b"data:") and b'"usage"' in line:
             try:
-                event = json.loads(line[5:])
+                event = orjson.loads(line[5:])
             except ValueError:
                 return
             if isinstance(event, Mapping):
@@ -90,7 +91,7 @@ class UsageReader:
         if self._overflow or not self._buffer:
             return None
         try:
-            body = json.loads(self._buffer)
+            body = orjson.loads(self._buffer)
         except ValueError:
             return None
         return normalize(body.get("usage")) if isinstance(body, Mapping) else None
