@@ -17,6 +17,7 @@ leaves moves only the keys between it and its ring neighbours: about 1/n of them
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -32,11 +33,10 @@ class NoReadyMembersError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-    """Where a request goes, and the members to fail over to, in ring order."""
+    """Where a request goes."""
 
     member: api.RingMember
     primary: api.RingMember  # the first member of the walk: equal to member unless spilled
-    fallbacks: tuple[api.RingMember, ...]
 
     @property
     def spilled(self) -> bool:
@@ -54,16 +54,32 @@ class EndpointRing:
             nodes={name: {"instance": name, "vnodes": virtual_nodes} for name in self.members},
             hash_fn="ketama",
         )
+        points = self._ring.get_points() if self.members else []
+        self._positions = [position for position, _ in points]
+        self._owners = [self.members[name] for _, name in points]
 
     def __len__(self) -> int:
         return len(self.members)
 
     def walk(self, key: str) -> Iterator[api.RingMember]:
-        """Every member once, clockwise from the key's position."""
-        if not self.members:
+        """Every member once, clockwise from the key's position.
+
+        The order of uhashring's `range(key)`, walked over the ring's points without copying
+        them (uhashring slices its key list on every call): lazily, since a pick usually needs
+        only the first member.
+        """
+        owners, n = self._owners, len(self._owners)
+        if not n:
             return
-        for node in self._ring.range(key):
-            yield self.members[node["nodename"]]
+        start = bisect.bisect(self._positions, self._ring.get_key(key)) % n
+        seen: set[str] = set()
+        for i in range(start, start + n):
+            member = owners[i % n]
+            if member.name not in seen:
+                seen.add(member.name)
+                yield member
+                if len(seen) == len(self.members):
+                    return
 
     def pick(
         self,
@@ -83,20 +99,28 @@ class EndpointRing:
         uses for a conversation's first turn. Raises NoReadyMembersError when every member is
         excluded.
         """
-        order = [m for m in self.walk(key) if m.name not in exclude]
-        if not order:
-            raise NoReadyMembersError
         total = sum(loads.get(m, 0) for m in self.members)
-        bound = math.ceil(load_factor * (total + 1) / len(self.members))
-        candidates = order
-        if prefer is not None and prefer in self.members and prefer not in exclude:
-            candidates = [self.members[prefer], *(m for m in order if m.name != prefer)]
-        eligible = [m for m in candidates if loads.get(m.name, 0) + 1 <= bound][:choices]
-        chosen = min(eligible, key=lambda m: loads.get(m.name, 0)) if eligible else None
-        if chosen is None:  # only when excluded members hold the load: take the least loaded
+        bound = math.ceil(load_factor * (total + 1) / max(len(self.members), 1))
+        primary: api.RingMember | None = None
+        eligible: list[api.RingMember] = []
+        if (
+            prefer is not None and prefer in self.members and prefer not in exclude
+            and loads.get(prefer, 0) + 1 <= bound
+        ):  # fmt: skip
+            eligible.append(self.members[prefer])
+        for m in self.walk(key):
+            if m.name in exclude:
+                continue
+            primary = primary or m
+            if len(eligible) >= choices:
+                break
+            if m.name != prefer and loads.get(m.name, 0) + 1 <= bound:
+                eligible.append(m)
+        if primary is None:
+            raise NoReadyMembersError
+        if eligible:
+            chosen = min(eligible, key=lambda m: loads.get(m.name, 0))
+        else:  # only when excluded members hold the load: take the least loaded
+            order = [m for m in self.walk(key) if m.name not in exclude]
             chosen = min(order, key=lambda m: loads.get(m.name, 0))
-        return Choice(
-            member=chosen,
-            primary=order[0],
-            fallbacks=tuple(m for m in order if m != chosen),
-        )
+        return Choice(member=chosen, primary=primary)

@@ -36,7 +36,7 @@ def test_defaults_are_applied_by_the_api_server(
     assert spec["gpu"] == {"count": 1, "resourceName": "nvidia.com/gpu"}
     assert spec["routing"] == {
         "key": "prefix", "loadFactor": 1.25, "virtualNodes": 160, "sessionHeader": "X-Session-ID",
-        "prefixChars": 2048,
+        "prefixChars": 2048, "cacheSalt": "none",
     }  # fmt: skip
 
 

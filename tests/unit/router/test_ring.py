@@ -54,7 +54,12 @@ def test_a_member_over_its_bound_is_passed_over_in_ring_order() -> None:
     assert choice.member.name == walk[2]
     assert choice.primary.name == walk[0]
     assert choice.spilled
-    assert [m.name for m in choice.fallbacks] == [walk[0], walk[1], walk[3]]
+
+
+def test_the_walk_is_uhashrings_range() -> None:
+    r = ring.EndpointRing(members(5), virtual_nodes=40)
+    for key in KEYS:
+        assert [m.name for m in r.walk(key)] == [n["nodename"] for n in r._ring.range(key)]
 
 
 def test_bounded_loads_hold_for_a_single_hot_key() -> None:
