@@ -123,7 +123,8 @@ def parse(raw: bytes, limits: Limits) -> dict[str, Any]:
         raise BodyError(f"the body is not valid JSON: {err}") from None
     if not isinstance(body, dict):
         raise BodyError("the body must be a JSON object")
-    _check_depth(body, limits.max_depth)
+    if raw.count(b"{") + raw.count(b"[") > limits.max_depth:  # else it cannot be too deep
+        _check_depth(body, limits.max_depth)
     if "messages" in body:
         _check_messages(body["messages"], limits)
     model = body.get("model")

@@ -31,11 +31,11 @@ def _named_in_connection(headers: Mapping[str, str]) -> set[str]:
 
 
 def _all(headers: Mapping[str, str], name: str) -> list[str]:
-    getall = getattr(headers, "getall", None)
+    """Every value of header `name`, matched case-insensitively whatever the mapping."""
+    getall = getattr(headers, "getall", None)  # a CIMultiDict: repeated headers included
     if getall is not None:
         return list(getall(name, []))
-    value = headers.get(name)
-    return [value] if value is not None else []
+    return [v for k, v in headers.items() if k.lower() == name]
 
 
 def upstream(
@@ -56,9 +56,9 @@ def upstream(
         forwarded = f"{forwarded}, {client}" if forwarded else client
     if forwarded:
         out["X-Forwarded-For"] = forwarded
-    out["X-Forwarded-Proto"] = headers.get("X-Forwarded-Proto") or scheme
+    out["X-Forwarded-Proto"] = next(iter(_all(headers, "x-forwarded-proto")), scheme)
     if host:
-        out["X-Forwarded-Host"] = headers.get("X-Forwarded-Host") or host
+        out["X-Forwarded-Host"] = next(iter(_all(headers, "x-forwarded-host")), host)
     out["Accept-Encoding"] = "identity"
     return out
 
