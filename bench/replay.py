@@ -1,5 +1,7 @@
-"""Replaying a workload against a target: every conversation's turns in order, many
-conversations at once, each answer fed into the next turn as a real client would.
+"""Replaying load against a target. Closed loop (`replay`): every conversation's turns in
+order, many conversations at once, each answer fed into the next turn as a real client would.
+Open loop (`replay_trace`): each request of a trace sent at its own time, whatever the answers
+before it, as real traffic arrives.
 
 I/O (aiohttp on loopback). Requests stream; TTFT is the time to the first content chunk; the
 usage of the last chunk gives prompt and cached tokens.
@@ -16,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from kvpin.bench import workloads
+from kvpin.bench import traces, workloads
 from kvpin.bench.scoring import Record
 from kvpin.bench.targets import Target
 
@@ -31,15 +33,16 @@ class Replay:
 
 
 async def _send(
-    session: aiohttp.ClientSession, url: str, body: dict[str, Any], session_id: str
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], session_id: str | None
 ) -> tuple[Record, str]:
     started = time.monotonic()
     ttft = None
     text: list[str] = []
     usage: dict[str, Any] = {}
+    headers = {"X-Session-ID": session_id} if session_id else {}
     try:
         async with session.post(
-            f"{url}/v1/chat/completions", json=body, headers={"X-Session-ID": session_id}
+            f"{url}/v1/chat/completions", json=body, headers=headers
         ) as response:
             if response.status != 200:
                 await response.read()
@@ -107,5 +110,38 @@ async def replay(
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+    result.makespan_s = time.monotonic() - started
+    return result
+
+
+async def replay_trace(
+    requests: list[traces.TraceRequest],
+    endpoint: str,
+    target: Target,
+    *,
+    speed: float = 1.0,
+    progress: Callable[[int], None] = lambda n: None,
+) -> Replay:
+    """Send each request at its trace time divided by `speed`, open loop."""
+    result = Replay()
+    result.bodies = [traces.build_body(endpoint, r) for r in requests]
+
+    async def one(session: aiohttp.ClientSession, at_s: float, body: dict[str, Any]) -> None:
+        await asyncio.sleep(max(0.0, started + at_s / speed - time.monotonic()))
+        url = target.pick(endpoint)
+        try:
+            record, _ = await _send(session, url, body, None)
+        finally:
+            target.done(url)
+        result.records.append(record)
+        progress(1)
+
+    timeout = aiohttp.ClientTimeout(total=600)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        started = time.monotonic()
+        await asyncio.gather(
+            *(one(session, r.at_s, body) for r, body in zip(requests, result.bodies, strict=True))
+        )
     result.makespan_s = time.monotonic() - started
     return result

@@ -15,11 +15,11 @@ import re
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import yaml
 
-from kvpin.bench import processes, replay, router_throughput, scoring, targets, workloads
+from kvpin.bench import processes, replay, router_throughput, scoring, targets, traces, workloads
 
 KVPIN_POLICIES = ("kvpin", "kvpin-session", "kvpin-endpoint")
 PEER_POLICIES = (
@@ -139,14 +139,21 @@ def _target(
         yield targets.Routed(urls)
 
 
-def run(
-    config: BenchConfig, *, progress: Callable[[str, int, int], None] = lambda p, d, t: None
+Drive = Callable[[targets.Target, Callable[[int], None]], Awaitable[replay.Replay]]
+
+
+def _each_policy(
+    config: BenchConfig,
+    endpoints: Sequence[str],
+    drive: Drive,
+    *,
+    total: int,
+    bound: Callable[[replay.Replay], tuple[int, int]],
+    progress: Callable[[str, int, int], None],
 ) -> list[scoring.Summary]:
-    """Run every policy; their summaries in order."""
-    workload = workloads.generate(config.workload)
-    total = len(workload.conversations) * config.workload.turns
+    """Drive the same load through every policy in front of the same pools; the summaries."""
     summaries = []
-    with _pools(config, workload.endpoints) as pools, tempfile.TemporaryDirectory() as tmp:
+    with _pools(config, endpoints) as pools, tempfile.TemporaryDirectory() as tmp:
         for policy in available_policies(config.policies):
             for url in (u for urls in pools.values() for u in urls):
                 _flush(url)
@@ -164,16 +171,54 @@ def run(
                 pathlib.Path(tmp),
                 routing={"prefixChars": config.prefix_chars, "loadFactor": config.load_factor},
             ) as target:
-                result = asyncio.run(
-                    replay.replay(workload, target, concurrency=config.concurrency, progress=tick)
-                )
+                result = asyncio.run(drive(target, tick))
                 breaks = None
                 if policy in KVPIN_POLICIES and isinstance(target, targets.Routed):
                     breaks = _scrape_sum(next(iter(target.urls.values())), _BREAKS)
             per_pod = {u: _requests_served(u) - before[u] for u in before}
             summaries.append(scoring.summarize(
-                policy, result.records, bound=scoring.infinite_cache_hits(result.bodies),
-                makespan_s=result.makespan_s, per_pod=per_pod, prefix_breaks=breaks,
+                policy, result.records, bound=bound(result), makespan_s=result.makespan_s,
+                per_pod=per_pod, prefix_breaks=breaks,
             ))  # fmt: skip
             time.sleep(0.2)
     return summaries
+
+
+def run(
+    config: BenchConfig, *, progress: Callable[[str, int, int], None] = lambda p, d, t: None
+) -> list[scoring.Summary]:
+    """Run every policy on the closed-loop agent workload; their summaries in order."""
+    workload = workloads.generate(config.workload)
+
+    def drive(target: targets.Target, tick: Callable[[int], None]) -> Awaitable[replay.Replay]:
+        return replay.replay(workload, target, concurrency=config.concurrency, progress=tick)
+
+    return _each_policy(
+        config, workload.endpoints, drive,
+        total=len(workload.conversations) * config.workload.turns,
+        bound=lambda result: scoring.infinite_cache_hits(result.bodies), progress=progress,
+    )  # fmt: skip
+
+
+def run_trace(
+    config: BenchConfig,
+    requests: list[traces.TraceRequest],
+    *,
+    speed: float,
+    progress: Callable[[str, int, int], None] = lambda p, d, t: None,
+) -> list[scoring.Summary]:
+    """Replay a trace open loop through every policy (one endpoint); their summaries."""
+    endpoint = "ep-trace"
+    bounds: list[tuple[int, int]] = []  # the same requests every time: computed once
+
+    def drive(target: targets.Target, tick: Callable[[int], None]) -> Awaitable[replay.Replay]:
+        return replay.replay_trace(requests, endpoint, target, speed=speed, progress=tick)
+
+    def bound(result: replay.Replay) -> tuple[int, int]:
+        if not bounds:
+            bounds.append(scoring.infinite_cache_hits(result.bodies))
+        return bounds[0]
+
+    return _each_policy(
+        config, [endpoint], drive, total=len(requests), bound=bound, progress=progress
+    )

@@ -74,6 +74,7 @@ class Summary:
     bound: float
     ttft_p50_s: float
     ttft_p99_s: float
+    ttft_mean_s: float
     makespan_s: float
     throughput_rps: float
     spread: float
@@ -106,6 +107,7 @@ def summarize(
         bound=bound[0] / bound[1] if bound[1] else math.nan,
         ttft_p50_s=percentile(ttfts, 50),
         ttft_p99_s=percentile(ttfts, 99),
+        ttft_mean_s=sum(ttfts) / len(ttfts) if ttfts else math.nan,
         makespan_s=makespan_s,
         throughput_rps=len(ok) / makespan_s if makespan_s else math.nan,
         spread=spread(per_pod),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from kvpin import __version__, logs
 
 if TYPE_CHECKING:
-    from kvpin.bench import runner
+    from kvpin.bench import runner, scoring
 
 
 def _add_logging(parser: argparse.ArgumentParser) -> None:
@@ -279,6 +279,18 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     workload.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
     _add_logging(workload)
     workload.set_defaults(run=_run_bench_workload)
+    trace = modes.add_parser(
+        "trace", help="replay a Mooncake-format trace open loop through each routing policy"
+    )
+    trace.add_argument("--trace", metavar="FILE", help="JSONL trace (default: a synthetic one)")
+    trace.add_argument("--limit", type=int, help="only the first N requests")
+    trace.add_argument("--speed", type=float, default=1.0, help="arrival time divisor")
+    trace.add_argument("--burst", action="store_true", help="synthetic trace: bursty arrivals")
+    _add_workload_flags(trace)
+    trace.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    trace.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
+    _add_logging(trace)
+    trace.set_defaults(run=_run_bench_trace)
     router = modes.add_parser(
         "router", help="router throughput and added latency, beside sglang-router if installed"
     )
@@ -361,11 +373,35 @@ def _bench_config(args: argparse.Namespace) -> runner.BenchConfig:
 
 
 def _run_bench_workload(args: argparse.Namespace) -> None:
+    from kvpin.bench import progress, runner
+
+    _report(args, runner.run(_bench_config(args), progress=progress.ProgressBar()))
+
+
+def _run_bench_trace(args: argparse.Namespace) -> None:
     import pathlib
 
-    from kvpin.bench import progress, report, runner
+    from kvpin.bench import progress, runner, traces
 
-    summaries = runner.run(_bench_config(args), progress=progress.ProgressBar())
+    if args.trace:
+        with pathlib.Path(args.trace).open() as lines:
+            requests = traces.parse(lines, limit=args.limit)
+    else:
+        requests = traces.synthetic(burst=args.burst, seed=args.seed)[: args.limit]
+    config = _bench_config(args)
+    print(f"{len(requests)} requests over {requests[-1].at_s:.0f}s of trace time at speed "
+          f"{args.speed:g}; {config.pods} pods of {config.cache_blocks} blocks")  # fmt: skip
+    summaries = runner.run_trace(
+        config, requests, speed=args.speed, progress=progress.ProgressBar()
+    )
+    _report(args, summaries)
+
+
+def _report(args: argparse.Namespace, summaries: list[scoring.Summary]) -> None:
+    import pathlib
+
+    from kvpin.bench import report
+
     print(report.markdown(summaries))
     if args.json:
         pathlib.Path(args.json).write_text(report.to_json(summaries))
