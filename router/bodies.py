@@ -82,6 +82,7 @@ class Summary:
     opening: str  # keys.opening(zones)
     turn: breaks.Turn
     prompt_chars: int  # characters of system, tools and history: the prompt's size
+    last_chars: int  # characters of the last message: what this turn added
     messages: int  # history messages (0 or 1: a conversation's first turn)
 
 
@@ -147,6 +148,7 @@ def summarize_body(body: Mapping[str, Any]) -> Summary:
         opening=keys.opening(zones),
         turn=breaks.fingerprint(zones),
         prompt_chars=len(zones.system) + len(zones.tools) + sum(len(t) for _, t in zones.history),
+        last_chars=len(zones.history[-1][1]) if zones.history else 0,
         messages=len(zones.history),
     )
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvpin import api
-from kvpin.router import auth, bodies, keys
+from kvpin.router import auth, bodies, keys, placement
 from kvpin.router.outliers import OutlierSettings
 
 CACHE_SALTS = ("none", "tenant")
@@ -36,8 +36,9 @@ class RoutingConfig:
 
     key: str = "prefix"
     """prefix, session or endpoint (see kvpin.router.keys)."""
-    load_factor: float = 1.25
-    """A member is passed over while its in-flight load exceeds this x the pool's mean."""
+    load_factor: float = 2.0
+    """A hard cap against skew: a member is passed over while its in-flight requests exceed
+    this x the pool's mean. Everyday placement is by cost (router.placement)."""
     virtual_nodes: int = 160
     """Points per member on the ring."""
     session_header: str = "X-Session-ID"
@@ -46,6 +47,14 @@ class RoutingConfig:
     """Characters of the stable head (system, tools, first turns) that make the prefix key."""
     cache_salt: str = "none"
     """none, or tenant: each tenant's requests get their own `cache_salt` (see router.auth)."""
+    prefill_tokens_per_s: float = 10_000.0
+    """A member's prefill rate until the router has measured it."""
+    move_margin: float = 0.25
+    """A request leaves its home only for a member whose estimated TTFT is lower by this
+    fraction of the home's (and by at least 1,024 tokens of prefill)."""
+
+    def costs(self) -> placement.CostSettings:
+        return placement.CostSettings(self.prefill_tokens_per_s, self.move_margin)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +116,11 @@ class ProxySettings:
     break_header: bool = False
     """Name the broken prefix zone in an `X-Kvpin-Prefix-Break` response header."""
     conversations: int = 100_000
-    """Conversations remembered (where spilled ones went, their last turn for breaks)."""
+    """Conversations whose last turn is remembered, to notice prefix breaks."""
+    holdings_bytes: int = 32 * 2**20
+    """Memory for the guesses of what members hold (router.holdings)."""
+    engine_metrics_interval: float = 0.25
+    """Seconds between reads of each member's /metrics (0: never; local estimates only)."""
     tokens: auth.Tokens = auth.Tokens()
     """Bearer tokens accepted and their tenants; empty: no authentication."""
     metrics_auth: bool = False
@@ -142,7 +155,15 @@ def parse_routing(raw: Any, where: str) -> RoutingConfig:
     salt = raw.get("cacheSalt", defaults.cache_salt)
     if salt not in CACHE_SALTS:
         raise ConfigError(f"{where}: routing.cacheSalt must be one of {', '.join(CACHE_SALTS)}")
-    return RoutingConfig(key, float(load_factor), virtual_nodes, header, prefix_chars, salt)
+    rate = raw.get("prefillTokensPerSecond", defaults.prefill_tokens_per_s)
+    margin = raw.get("moveMargin", defaults.move_margin)
+    for name, value in (("prefillTokensPerSecond", rate), ("moveMargin", margin)):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: routing.{name} must be a number")
+        if not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"{where}: routing.{name} must be a positive finite number")
+    return RoutingConfig(key, float(load_factor), virtual_nodes, header, prefix_chars, salt,
+                         float(rate), float(margin))  # fmt: skip
 
 
 def parse_member(raw: Any, where: str) -> api.RingMember:

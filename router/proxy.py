@@ -29,7 +29,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
+import math
 import time
 from collections.abc import Iterator, Mapping
 
@@ -39,9 +41,12 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from kvpin import api, logs
-from kvpin.router import auth, bodies, errors, headers, keys, parsing, ring, usage
+from kvpin.router import auth, bodies, errors, headers, keys, parsing, placement, ring, usage
 from kvpin.router.breaks import BreakDetector
 from kvpin.router.config import ProxySettings
+from kvpin.router.estimates import Estimates
+from kvpin.router.holdings import Holdings
+from kvpin.router.loads import EngineLoads
 from kvpin.router.membership.base import Endpoint, Membership
 from kvpin.router.metrics import RouterMetrics
 from kvpin.router.outliers import Outliers
@@ -50,6 +55,66 @@ log = logging.getLogger(logs.PROXY)
 MEMBER_HEADER = "X-Kvpin-Member"
 BREAK_HEADER = "X-Kvpin-Prefix-Break"
 NO_MEMBER_RETRY_AFTER = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What placement needs of one request, sized in tokens."""
+
+    key: str
+    conversation: str
+    prompt_chars: int
+    prompt_tokens: int
+    head_tokens: int  # of the routing key's head: what members that served the key hold
+    previous_tokens: int  # of the previous turn's prompt (0 on a first turn)
+
+
+@dataclasses.dataclass(frozen=True)
+class Placed:
+    """Where one attempt goes, and why."""
+
+    member: api.RingMember
+    spilled: bool  # the key's ring owner was over the loadFactor cap
+    moved: bool  # the cost rule took it off its home
+    uncached: int  # tokens the member is expected to compute
+    alone: bool  # nothing was queued ahead of it there
+
+
+class Prefill:
+    """The prefill a request waits for on a member: counted as queued work until its first
+    token arrives, or until the attempt ends without one."""
+
+    def __init__(self, estimates: Estimates, endpoint: str, member: str, tokens: int) -> None:
+        self.estimates, self.endpoint, self.member, self.tokens = (
+            estimates,
+            endpoint,
+            member,
+            tokens,
+        )
+        self._open = False
+
+    def __enter__(self) -> Prefill:
+        self.estimates.sent(self.endpoint, self.member, self.tokens)
+        self._open = True
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.done()
+
+    def done(self) -> None:
+        if self._open:
+            self._open = False
+            self.estimates.answered(self.endpoint, self.member, self.tokens)
+
+
+@dataclasses.dataclass
+class Learning:
+    """What an answer teaches: the request's facts, where it went, when its first token came."""
+
+    facts: Facts
+    placed: Placed
+    prefill: Prefill
+    first_token: float | None = None
 
 
 class _Response(web.StreamResponse):
@@ -73,7 +138,9 @@ class Proxy:
         self.parser = parsing.Parser(settings.parse)
         self.loads: collections.defaultdict[str, dict[str, int]] = collections.defaultdict(dict)
         self.outliers = Outliers(settings.outliers)
-        self.moved: collections.OrderedDict[tuple[str, str], str] = collections.OrderedDict()
+        self.holdings = Holdings(settings.holdings_bytes)
+        self.estimates = Estimates()
+        self.engines = EngineLoads(self._member_urls, interval=settings.engine_metrics_interval)
         self.breaks = BreakDetector(settings.conversations)
         membership.listeners.append(self.forget)
 
@@ -87,11 +154,16 @@ class Proxy:
             skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
         )
         self.parser.start()
+        self.engines.start(self.session)
 
     async def close(self) -> None:
         self.parser.close()
+        await self.engines.stop()
         if self.session:
             await self.session.close()
+
+    def _member_urls(self) -> set[str]:
+        return {m.url for e in self.membership.endpoints.values() for m in e.config.members}
 
     # -- the request path ---------------------------------------------------------------------
 
@@ -161,46 +233,75 @@ class Proxy:
         broken = self.breaks.observe(f"{ep}/{conversation}", summary.turn)
         if broken:
             self.metrics.of(self.metrics.prefix_breaks, ep, broken).inc()
-        return await self.forward(
-            request, endpoint, path, raw, key=key, conversation=conversation, broken=broken,
-            started=started, first_turn=summary.messages <= 1,
+        tokens = self.estimates.tokens
+        prompt = max(1, tokens(ep, summary.prompt_chars))
+        facts = Facts(
+            key=key, conversation=conversation, prompt_chars=summary.prompt_chars,
+            prompt_tokens=prompt, head_tokens=min(prompt, tokens(ep, min(
+                len(summary.head), routing.prefix_chars))),
+            previous_tokens=0 if summary.messages <= 1 else max(
+                0, prompt - tokens(ep, summary.last_chars)),
         )  # fmt: skip
+        return await self.forward(
+            request, endpoint, path, raw, facts, broken=broken, started=started
+        )
 
-    def choose(
-        self,
-        endpoint: Endpoint,
-        key: str,
-        conversation: str,
-        tried: set[str],
-        first_turn: bool = False,
-    ) -> ring.Choice:
-        """The member for this attempt: bounded loads, ejected and tried members skipped.
+    def choose(self, endpoint: Endpoint, facts: Facts, tried: set[str]) -> Placed:
+        """The member for this attempt, by cost (router.placement), within the hard cap.
 
-        A conversation's first turn takes the less loaded of the first two members of its walk
-        (both within the bound): it has no history anywhere yet, only the shared head, which
-        the second member of a popular key soon holds too. Later turns follow the key, or the
-        member the conversation moved to. In `kvpin bench workload` this cut the agents
-        variant's p99 TTFT from 150 to 96 ms and its spread from 1.32 to 1.17 at the same hit
-        rate.
+        Candidates are the key's walk without tried and ejected members; members over the
+        `loadFactor` cap are passed over unless all are. What each holds comes from
+        router.holdings: the conversation's home holds its previous prompt, members that
+        served its head hold the head, and a later turn of a conversation this replica has not
+        seen is presumed on its ring owner (where every replica sends it first).
         """
-        ep = endpoint.config.id
-        exclude = tried | self.outliers.ejected(ep, time.monotonic())
+        ep, routing = endpoint.config.id, endpoint.config.routing
+        now = time.monotonic()
+        exclude = tried | self.outliers.ejected(ep, now)
         if len(exclude) >= len(endpoint.ring):  # all ejected: better to try them than refuse
             exclude = tried
-        sticky = (ep, conversation)
-        prefer = self.moved.get(sticky)
-        choice = endpoint.ring.pick(
-            key, self.loads[ep], load_factor=endpoint.config.routing.load_factor,
-            exclude=exclude, prefer=prefer, choices=2 if first_turn and prefer is None else 1,
-        )  # fmt: skip
-        if choice.spilled:
-            self.moved[sticky] = choice.member.name
-            self.moved.move_to_end(sticky)
-            if len(self.moved) > self.settings.conversations:
-                self.moved.popitem(last=False)
-        else:
-            self.moved.pop(sticky, None)
-        return choice
+        walk = [m for m in endpoint.ring.walk(facts.key) if m.name not in exclude]
+        if not walk:
+            raise ring.NoReadyMembersError
+        loads = self.loads[ep]
+        bound = math.ceil(routing.load_factor * (sum(loads.values()) + 1) / len(endpoint.ring))
+        capped = [m for m in walk if loads.get(m.name, 0) + 1 <= bound]
+        if not capped:
+            capped = [min(walk, key=lambda m: loads.get(m.name, 0))]
+        held = self.holdings.lookup(f"{ep}/{facts.conversation}", f"{ep}/{facts.key}")
+        home = held.conversation[0] if held.conversation else None
+        if home not in endpoint.ring.members:
+            home = None
+
+        def cached(member: str) -> int:
+            if held.conversation and member == home:
+                return min(held.conversation[1], facts.prompt_tokens)
+            if member in held.head:
+                return min(held.head[member], facts.prompt_tokens)
+            if home is None and member == walk[0].name:
+                return facts.previous_tokens
+            return 0
+
+        candidates = [
+            placement.Candidate(
+                m.name,
+                self.estimates.queued(
+                    ep, m.name, loads.get(m.name, 0), self.engines.get(m.url, now)
+                ),
+                cached(m.name),
+                self.estimates.rate(ep, m.name, routing.prefill_tokens_per_s),
+            )
+            for m in capped
+        ]
+        decision = placement.decide(candidates, home, facts.prompt_tokens, routing.costs())
+        chosen = next(c for c in candidates if c.name == decision.member)
+        return Placed(
+            member=endpoint.ring.members[decision.member],
+            spilled=walk[0] not in capped,
+            moved=decision.moved,
+            uncached=max(0, facts.prompt_tokens - chosen.cached_tokens),
+            alone=chosen.queued_tokens == 0,
+        )
 
     async def forward(
         self,
@@ -208,12 +309,10 @@ class Proxy:
         endpoint: Endpoint,
         path: str,
         raw: bytes,
+        facts: Facts,
         *,
-        key: str,
-        conversation: str,
         broken: str | None,
         started: float,
-        first_turn: bool = False,
     ) -> web.StreamResponse:
         """Send to the chosen member, failing over before the first byte; relay the answer.
 
@@ -232,16 +331,16 @@ class Proxy:
         )  # fmt: skip
         for attempt in range(self.settings.max_attempts):
             try:
-                choice = self.choose(endpoint, key, conversation, tried, first_turn)
+                placed = self.choose(endpoint, facts, tried)
             except ring.NoReadyMembersError:
                 break
-            member = choice.member
+            member = placed.member
             tried.add(member.name)
-            if attempt:
-                self.metrics.of(self.metrics.retries, ep).inc()
-            elif choice.spilled:
-                self.metrics.of(self.metrics.spills, ep).inc()
-            with self._in_flight(ep, member.name):
+            self._count(ep, attempt, placed)
+            with (
+                self._in_flight(ep, member.name),
+                Prefill(self.estimates, ep, member.name, placed.uncached) as prefill,
+            ):
                 try:
                     upstream = await self._send(member, path, raw, upstream_headers)
                 except (aiohttp.ClientError, TimeoutError) as err:
@@ -263,7 +362,13 @@ class Proxy:
                     if upstream.status < 500:
                         self._served(ep, member.name, failed)
                     return await self._relay(
-                        request, upstream, endpoint, member, broken=broken, started=started
+                        request,
+                        upstream,
+                        endpoint,
+                        member,
+                        broken=broken,
+                        started=started,
+                        learn=Learning(facts, placed, prefill),
                     )
                 finally:
                     upstream.close()
@@ -319,6 +424,7 @@ class Proxy:
         *,
         broken: str | None,
         started: float,
+        learn: Learning,
     ) -> web.StreamResponse:
         ep = endpoint.config.id
         m = self.metrics
@@ -349,6 +455,9 @@ class Proxy:
                     return self._cut(request, response, ep, "upstream_broken")
                 if chunk is None:
                     break
+                if learn.first_token is None:
+                    learn.first_token = time.monotonic()
+                    learn.prefill.done()
                 reader.feed(chunk)
                 try:
                     async with asyncio.timeout(t.client_write):
@@ -369,7 +478,32 @@ class Proxy:
         if seen is not None:
             m.of(m.prompt_tokens, ep).inc(seen.prompt_tokens)
             m.of(m.cached_tokens, ep).inc(seen.cached_tokens)
+        self._learn(ep, member.name, learn, seen, started)
         return response
+
+    def _learn(
+        self, ep: str, member: str, learn: Learning, seen: usage.Usage | None, started: float
+    ) -> None:
+        """Remember where the conversation now lives; learn sizes and speed from the usage."""
+        facts, prompt = learn.facts, learn.facts.prompt_tokens
+        if seen is not None and seen.prompt_tokens:
+            prompt = seen.prompt_tokens
+            self.estimates.learn(
+                ep, member, prompt_chars=facts.prompt_chars, prompt_tokens=prompt,
+                uncached_tokens=prompt - seen.cached_tokens, alone=learn.placed.alone,
+                ttft_s=(learn.first_token or time.monotonic()) - started,
+            )  # fmt: skip
+        self.holdings.record(
+            f"{ep}/{facts.conversation}", f"{ep}/{facts.key}", member, prompt,
+            min(facts.head_tokens, prompt),
+        )  # fmt: skip
+
+    def _count(self, ep: str, attempt: int, placed: Placed) -> None:
+        m = self.metrics
+        for counted, metric in ((attempt > 0, m.retries), (not attempt and placed.spilled,
+                                m.spills), (not attempt and placed.moved, m.moves)):  # fmt: skip
+            if counted:
+                m.of(metric, ep).inc()
 
     def _cut(
         self, request: web.Request, response: web.StreamResponse, ep: str, reason: str
@@ -422,6 +556,8 @@ class Proxy:
             idle = {m for m in gone if not self.loads.get(ep, {}).get(m)}
             self.metrics.forget(ep, idle)
             self.outliers.forget(ep, gone)
+            self.holdings.forget(f"{ep}/", gone)
+            self.estimates.forget(ep, gone)
             for member in idle:
                 self.loads.get(ep, {}).pop(member, None)
             if after is None and not self.loads.get(ep):

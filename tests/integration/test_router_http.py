@@ -106,7 +106,7 @@ async def test_a_hot_endpoint_is_held_within_the_load_bound(
 ) -> None:
     slow = replace_timing(decode_tokens_per_s=20, time_scale=0.5)  # each request ~0.2 s
     router = await start_router(
-        endpoint("ep-a", await pool(start_sim, 4, timing=slow), key="endpoint")
+        endpoint("ep-a", await pool(start_sim, 4, timing=slow), key="endpoint", load_factor=1.25)
     )
     async with aiohttp.ClientSession() as session:
         results = await asyncio.gather(

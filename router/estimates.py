@@ -1,0 +1,92 @@
+"""The numbers placement weighs, kept per endpoint and member, and learned from answers.
+
+Pure (no I/O; times are arguments). What this router replica knows:
+
+- prefill work it sent a member and has not seen answered (the estimated uncached tokens of
+  each request, until its first token comes back), and how many requests that is;
+- each member's prefill rate: the endpoint's configured rate at first, then a moving average of
+  what the router observes (uncached tokens from `usage` over the time to the first token) for
+  requests that found nothing queued ahead of them, so queueing does not pass for slowness;
+- each endpoint's characters per token (prompt characters over `usage.prompt_tokens`), to size
+  the next prompts from their bodies;
+- the mean uncached size of a request, to price requests other replicas sent (seen only as the
+  engine's count of waiting requests, see router.loads).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Collection
+
+from kvpin.router.loads import EngineLoad
+
+DECODE_TOKENS = 32.0  # the prefill-equivalent cost of one running sequence in the batch
+CHARS_PER_TOKEN = 4.0  # until measured: English text with a BPE tokenizer
+SMOOTHING = 0.2  # weight of the newest observation in every moving average
+MIN_SAMPLE_TOKENS = 256  # shorter prefills say more about latency than about rate
+
+
+def _average(old: float | None, new: float) -> float:
+    return new if old is None else old + SMOOTHING * (new - old)
+
+
+class Estimates:
+    """Load, rate and size estimates of one router replica."""
+
+    def __init__(self) -> None:
+        self.pending: collections.defaultdict[tuple[str, str], float] = collections.defaultdict(
+            float
+        )
+        self.waiting: collections.defaultdict[tuple[str, str], int] = collections.defaultdict(int)
+        self.rates: dict[tuple[str, str], float] = {}
+        self.chars_per_token: dict[str, float] = {}
+        self.mean_uncached: dict[str, float] = {}
+
+    def tokens(self, endpoint: str, chars: int) -> int:
+        """Tokens of a text of `chars` characters sent to `endpoint`."""
+        return round(chars / self.chars_per_token.get(endpoint, CHARS_PER_TOKEN))
+
+    def rate(self, endpoint: str, member: str, default: float) -> float:
+        return self.rates.get((endpoint, member), default)
+
+    def queued(
+        self, endpoint: str, member: str, in_flight: int, engine: EngineLoad | None
+    ) -> float:
+        """Prefill work (tokens) ahead of a new request on `member`."""
+        key = (endpoint, member)
+        mine = self.waiting[key]
+        if engine is None:
+            others, running = 0.0, max(0, in_flight - mine)
+        else:  # what the engine waits on beyond this replica's own requests
+            others = max(0.0, engine.waiting - mine) * self.mean_uncached.get(endpoint, 1024.0)
+            running = engine.running
+        return self.pending[key] + others + DECODE_TOKENS * running
+
+    def sent(self, endpoint: str, member: str, uncached: float) -> None:
+        key = (endpoint, member)
+        self.pending[key] += uncached
+        self.waiting[key] += 1
+        self.mean_uncached[endpoint] = _average(self.mean_uncached.get(endpoint), uncached)
+
+    def answered(self, endpoint: str, member: str, uncached: float) -> None:
+        """The request's first token came (or it ended without one)."""
+        key = (endpoint, member)
+        self.pending[key] = max(0.0, self.pending[key] - uncached)
+        self.waiting[key] = max(0, self.waiting[key] - 1)
+
+    def learn(
+        self, endpoint: str, member: str, *, prompt_chars: int, prompt_tokens: int,
+        uncached_tokens: int, ttft_s: float, alone: bool,
+    ) -> None:  # fmt: skip
+        """What one answer's usage says about the tokenizer and the member's speed."""
+        if prompt_chars and prompt_tokens:
+            ratio = prompt_chars / prompt_tokens
+            self.chars_per_token[endpoint] = _average(self.chars_per_token.get(endpoint), ratio)
+        if alone and uncached_tokens >= MIN_SAMPLE_TOKENS and ttft_s > 0:
+            key = (endpoint, member)
+            self.rates[key] = _average(self.rates.get(key), uncached_tokens / ttft_s)
+
+    def forget(self, endpoint: str, members: Collection[str]) -> None:
+        for table in (self.pending, self.waiting, self.rates):
+            for member in members:
+                table.pop((endpoint, member), None)  # type: ignore[attr-defined]

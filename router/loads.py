@@ -1,0 +1,94 @@
+"""Members' own load, read from their Prometheus endpoints, so router replicas share it.
+
+Each router replica sees only the requests it sent; the engines see them all. Every
+`interval` seconds the router reads each member's `/metrics` (with a short timeout) and keeps
+the requests waiting and running there: vLLM's `vllm:num_requests_waiting` and
+`vllm:num_requests_running` (which `kvpin sim` exposes too), SGLang's `sglang:num_queue_reqs`
+and `sglang:num_running_reqs`. A member whose metrics cannot be read, or were read too long ago,
+has no engine load: the router falls back to its own estimate, and no request ever waits for a
+scrape. `parse` is pure; `EngineLoads` does the I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable
+
+import aiohttp
+
+from kvpin import logs
+
+log = logging.getLogger(logs.PROXY)
+_WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
+_RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})? ([0-9.eE+-]+|NaN)", re.MULTILINE)
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineLoad:
+    waiting: float
+    running: float
+    at: float  # monotonic time of the scrape
+
+
+def parse(text: str, at: float) -> EngineLoad | None:
+    """An engine's load from its metrics text (summed over label sets); None if absent."""
+    totals: dict[str, float] = {}
+    for name, value in _SAMPLE.findall(text):
+        if name in _WAITING or name in _RUNNING:
+            with contextlib.suppress(ValueError):
+                totals[name] = totals.get(name, 0.0) + float(value)
+    waiting = [totals[n] for n in _WAITING if n in totals]
+    running = [totals[n] for n in _RUNNING if n in totals]
+    if not waiting and not running:
+        return None
+    return EngineLoad(sum(waiting), sum(running), at)
+
+
+class EngineLoads:
+    """The last load read from each member URL."""
+
+    def __init__(self, urls: Callable[[], Iterable[str]], *, interval: float = 0.25,
+                 timeout: float = 0.2, max_age: float = 2.0) -> None:  # fmt: skip
+        self._urls = urls
+        self.interval, self.timeout, self.max_age = interval, timeout, max_age
+        self._loads: dict[str, EngineLoad] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def get(self, url: str, now: float) -> EngineLoad | None:
+        """The member's load if it was read recently."""
+        load = self._loads.get(url)
+        return load if load is not None and now - load.at <= self.max_age else None
+
+    def start(self, session: aiohttp.ClientSession) -> None:
+        if self.interval > 0:
+            self._task = asyncio.get_running_loop().create_task(self._follow(session))
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _read(self, session: aiohttp.ClientSession, url: str) -> None:
+        try:
+            async with asyncio.timeout(self.timeout), session.get(f"{url}/metrics") as r:
+                text = await r.text() if r.status == 200 else ""
+        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+            return
+        load = parse(text, time.monotonic())
+        if load is not None:
+            self._loads[url] = load
+
+    async def _follow(self, session: aiohttp.ClientSession) -> None:
+        while True:
+            urls = set(self._urls())
+            for gone in self._loads.keys() - urls:
+                del self._loads[gone]
+            await asyncio.gather(*(self._read(session, url) for url in urls))
+            await asyncio.sleep(self.interval)

@@ -1,0 +1,71 @@
+"""Placement by cost: stay with the cache until waiting there costs more than recomputing.
+
+Pure. For one request and each candidate member the router estimates the time to first token
+there: the prefill work already queued on the member plus the prefill of the tokens of this
+request that the member does not hold, over the member's prefill rate. Then:
+
+- A request with nothing cached anywhere (a new conversation with a new head) goes to the less
+  loaded of the first two members of its key's walk (ties: the first), so cache occupancy and
+  load stay even while the choice stays mostly a function of the key.
+- Otherwise the home (where the conversation was last sent, else the key's ring owner) stays
+  the choice unless another member's estimate is lower by more than the margin: a fraction of
+  the home's estimate and at least `margin_tokens` of prefill. Moving costs the recomputation of
+  everything the home holds, so a member must be clearly ahead, not one request emptier.
+- Ties break by walk order, so replicas with the same membership and the same loads agree.
+
+The estimates are guesses (router.holdings says why); nothing here is trusted beyond choosing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class CostSettings:
+    """How costs are weighed."""
+
+    prefill_tokens_per_s: float = 10_000.0
+    """A member's prefill rate until the router has measured it (routing.prefillTokensPerSecond)."""
+    margin: float = 0.25
+    """Another member must be ahead by this fraction of the home's estimated TTFT..."""
+    margin_tokens: int = 1024
+    """...and by at least this much prefill work (tokens), to move a request off its home."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """What is estimated of one member for one request."""
+
+    name: str
+    queued_tokens: float  # prefill work ahead of this request there, in tokens
+    cached_tokens: int  # tokens of this request it probably holds
+    rate: float  # its prefill tokens per second
+
+    def ttft(self, prompt_tokens: int) -> float:
+        """Estimated seconds to the first token of a request of `prompt_tokens` there."""
+        return (self.queued_tokens + max(0, prompt_tokens - self.cached_tokens)) / self.rate
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    member: str
+    moved: bool  # left its home for a member ahead by more than the margin
+    fresh: bool  # nothing cached anywhere: placed among the first members of the walk
+
+
+def decide(
+    walk: Sequence[Candidate], home: str | None, prompt_tokens: int, settings: CostSettings
+) -> Decision:
+    """The member for a request; `walk` in the key's ring order, never empty."""
+    if not any(c.cached_tokens for c in walk):
+        first = min(walk[:2], key=lambda c: c.queued_tokens)  # min keeps the first of equals
+        return Decision(first.name, moved=False, fresh=True)
+    stay = next((c for c in walk if c.name == home), walk[0])
+    best = min(walk, key=lambda c: c.ttft(prompt_tokens))
+    here = stay.ttft(prompt_tokens)
+    margin = max(settings.margin * here, settings.margin_tokens / stay.rate)
+    if best.ttft(prompt_tokens) < here - margin:
+        return Decision(best.name, moved=True, fresh=False)
+    return Decision(stay.name, moved=False, fresh=False)

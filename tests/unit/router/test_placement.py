@@ -1,0 +1,48 @@
+"""Placement by cost (router.placement): expected choices worked out by hand."""
+
+from kvpin.router import placement
+from kvpin.router.placement import Candidate
+
+S = placement.CostSettings(margin=0.25, margin_tokens=1024)
+
+
+def c(name: str, queued: float = 0, cached: int = 0, rate: float = 10_000) -> Candidate:
+    return Candidate(name, queued, cached, rate)
+
+
+def test_a_request_with_nothing_cached_takes_the_less_loaded_of_the_first_two() -> None:
+    walk = [c("a", queued=5000), c("b", queued=1000), c("c", queued=0)]
+    assert placement.decide(walk, None, 4000, S) == placement.Decision("b", False, True)
+    even = [c("a"), c("b"), c("c")]
+    assert placement.decide(even, None, 4000, S).member == "a"  # ties: walk order
+
+
+def test_a_warm_home_is_kept_against_a_small_imbalance() -> None:
+    # home: 40k cached of 41k, 8k queued -> (8000 + 1000) / 10k = 0.9 s
+    # cold b: nothing queued -> 41000 / 10k = 4.1 s: staying is far cheaper
+    walk = [c("b"), c("home", queued=8000, cached=40_000)]
+    assert placement.decide(walk, "home", 41_000, S).member == "home"
+
+
+def test_a_home_buried_in_work_loses_to_a_member_ahead_by_more_than_the_margin() -> None:
+    # home: (60000 + 1000) / 10k = 6.1 s; b: 41000 / 10k = 4.1 s; margin 0.25 x 6.1 = 1.5 s
+    walk = [c("b"), c("home", queued=60_000, cached=40_000)]
+    assert placement.decide(walk, "home", 41_000, S) == placement.Decision("b", True, False)
+    # within the margin: home (45000 + 1000) / 10k = 4.6 s vs 4.1 s -> stay
+    close = [c("b"), c("home", queued=45_000, cached=40_000)]
+    assert placement.decide(close, "home", 41_000, S).member == "home"
+
+
+def test_the_ring_owner_is_home_when_none_is_known_and_a_cached_head_counts() -> None:
+    # owner (500 + 2000) / 10k = 0.25 s, y 0.2 s: within the margin (1024 tokens, 0.1 s)
+    walk = [c("owner", queued=500, cached=3000), c("x"), c("y", cached=3000)]
+    assert placement.decide(walk, None, 5000, S).member == "owner"
+    # owner (2000 + 2000) / 10k = 0.4 s: y, holding the same head, is ahead by more
+    walk = [c("owner", queued=2000, cached=3000), c("x"), c("y", cached=3000)]
+    assert placement.decide(walk, None, 5000, S) == placement.Decision("y", True, False)
+
+
+def test_rates_weigh_members_differently() -> None:
+    slow_home = c("home", queued=0, cached=10_000, rate=1_000)  # 10 s for 10k uncached
+    fast = c("fast", rate=100_000)  # 0.2 s for all 20k
+    assert placement.decide([slow_home, fast], "home", 20_000, S).member == "fast"
