@@ -93,7 +93,7 @@ async def replay(
                 body = workloads.build_request(
                     workload, conversation, answers, clock=f"12:00:{next(clock):06d}"
                 )
-                url = target.pick(conversation.endpoint)
+                url = await target.choose(conversation.endpoint, body)
                 result.bodies.append(body)
                 try:
                     record, answer = await _send(session, url, body, conversation.id)
@@ -111,6 +111,7 @@ async def replay(
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
     result.makespan_s = time.monotonic() - started
+    await target.close()
     return result
 
 
@@ -128,7 +129,7 @@ async def replay_trace(
 
     async def one(session: aiohttp.ClientSession, at_s: float, body: dict[str, Any]) -> None:
         await asyncio.sleep(max(0.0, started + at_s / speed - time.monotonic()))
-        url = target.pick(endpoint)
+        url = await target.choose(endpoint, body)
         try:
             record, _ = await _send(session, url, body, None)
         finally:
@@ -144,4 +145,5 @@ async def replay_trace(
             *(one(session, r.at_s, body) for r, body in zip(requests, result.bodies, strict=True))
         )
     result.makespan_s = time.monotonic() - started
+    await target.close()
     return result

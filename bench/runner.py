@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 import yaml
 
 from kvpin.bench import processes, replay, router_throughput, scoring, targets, traces, workloads
+from kvpin.router import placement
 
 KVPIN_POLICIES = ("kvpin", "kvpin-session", "kvpin-endpoint")
 PEER_POLICIES = (
@@ -91,6 +92,7 @@ def _pools(config: BenchConfig, endpoints: Sequence[str]) -> Iterator[dict[str, 
                     "--prefill-tps", str(config.prefill_tps),
                     "--decode-tps", str(config.decode_tps),
                     "--time-scale", str(config.time_scale), "--log-level", "WARNING",
+                    "--debug-routes",
                 ]  # fmt: skip
                 stack.enter_context(processes.running(command, health_url=f"{url}/health"))
                 pools.setdefault(endpoint, []).append(url)
@@ -103,6 +105,10 @@ def _target(
 ) -> Iterator[targets.Target]:
     if policy in targets.BASELINES:
         yield targets.Baseline(policy, pools)
+        return
+    if policy == "oracle":
+        yield targets.Oracle(pools, costs=placement.CostSettings(),
+                             prefix_chars=int(routing["prefixChars"]))  # fmt: skip
         return
     if policy in KVPIN_POLICIES:
         key = policy.partition("-")[2] or "prefix"

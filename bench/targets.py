@@ -1,14 +1,26 @@
-"""Where a benchmark sends each request: a router, or a client-side baseline policy.
+"""Where a benchmark sends each request: a router, a client-side baseline policy, or the oracle.
 
 The baselines are what a plain Kubernetes Service (random, round robin) or a load-aware
-balancer (least in-flight) would do; they pick a pod of the endpoint's pool directly.
+balancer (least in-flight) would do; they pick a pod of the endpoint's pool directly. The
+oracle is the exactness yardstick: before each request it asks every simulator what it holds
+of the prompt and what prefill it has queued (`kvpin sim --debug-routes`), and applies the
+kvpin router's own cost rule (router.placement) to those exact figures. The gap between
+`kvpin` and `oracle` is what a router fed by the engines' KV events could add over kvpin's
+guesses.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import aiohttp
+
+from kvpin import api
+from kvpin.router import keys, placement, ring
 
 BASELINES = ("random", "round-robin", "least-inflight")
 
@@ -19,8 +31,15 @@ class Target:
     def pick(self, endpoint: str) -> str:
         raise NotImplementedError
 
+    async def choose(self, endpoint: str, body: Mapping[str, Any]) -> str:
+        """The base URL for this request (most targets need only the endpoint)."""
+        return self.pick(endpoint)
+
     def done(self, url: str) -> None:
         """The request sent to `url` finished."""
+
+    async def close(self) -> None:
+        """Release what `choose` opened."""
 
 
 class Routed(Target):
@@ -61,3 +80,48 @@ class Baseline(Target):
     def done(self, url: str) -> None:
         if url in self.in_flight:
             self.in_flight[url] -= 1
+
+
+class Oracle(Target):
+    """kvpin's cost rule on exact cache contents and queues, asked of every simulator."""
+
+    def __init__(
+        self, pools: Mapping[str, Sequence[str]], *, costs: placement.CostSettings,
+        prefix_chars: int,
+    ) -> None:  # fmt: skip
+        self.rings = {
+            ep: ring.EndpointRing([api.RingMember(u, u.removeprefix("http://")) for u in urls])
+            for ep, urls in pools.items()
+        }
+        self.costs = costs
+        self.prefix_chars = prefix_chars
+        self._session: aiohttp.ClientSession | None = None
+
+    async def _ask(self, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        assert self._session is not None
+        async with self._session.post(f"{url}/debug/cached_tokens", json=body) as r:
+            return dict(await r.json())
+
+    async def choose(self, endpoint: str, body: Mapping[str, Any]) -> str:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        zones = keys.parse_zones(body)
+        key = keys.routing_key("prefix", endpoint, keys.head(zones, keys.HEAD_CHARS), None,
+                               prefix_chars=self.prefix_chars)  # fmt: skip
+        walk = list(self.rings[endpoint].walk(key))
+        seen = await asyncio.gather(*(self._ask(m.name, body) for m in walk))
+        candidates = [
+            placement.Candidate(m.name, s["queued_prefill_tokens"] + 32 * s["running"],
+                                s["cached_tokens"], self.costs.prefill_tokens_per_s)
+            for m, s in zip(walk, seen, strict=True)
+        ]  # fmt: skip
+        home = max(candidates, key=lambda c: c.cached_tokens)  # max keeps the first of equals
+        prompt = seen[0]["prompt_tokens"]
+        return placement.decide(candidates, home.name, prompt, self.costs).member
+
+    def pick(self, endpoint: str) -> str:
+        raise TypeError("the oracle needs the request: use choose()")
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()

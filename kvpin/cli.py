@@ -210,6 +210,10 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         default=1.0,
         help="multiplies every duration: 0.01 is 100x faster, 0 no latency",
     )
+    parser.add_argument(
+        "--debug-routes", action="store_true",
+        help="serve POST /debug/cached_tokens (what the cache holds of a prompt; benchmarks)",
+    )  # fmt: skip
     faults = parser.add_argument_group("faults (for tests)")
     faults.add_argument("--startup-delay", type=float, default=0.0, help="seconds of 503 /health")
     faults.add_argument("--error-rate", type=float, default=0.0, help="fraction answered 500")
@@ -243,6 +247,7 @@ def _run_sim(args: argparse.Namespace) -> None:
         max_model_len=args.max_model_len,
         max_body_bytes=args.max_body_bytes,
         tokenizer=args.tokenizer,
+        debug_routes=args.debug_routes,
         timing=engine.Timing(
             prefill_tokens_per_s=args.prefill_tps,
             decode_tokens_per_s=args.decode_tps,
@@ -342,7 +347,7 @@ def _add_workload_flags(
     add(
         "--policies",
         default=",".join(b.policies),
-        help="comma-separated: kvpin, kvpin-session, kvpin-endpoint, random, round-robin, "
+        help="comma-separated: kvpin, kvpin-session, kvpin-endpoint, oracle, random, round-robin, "
         "least-inflight, sglang-router:cache_aware, sglang-router:round_robin, "
         "vllm-router:cache_aware, vllm-router:consistent_hash",
     )

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from kvpin.router import breaks, keys
+from kvpin.router import breaks, holdings, keys
 
 
 class BodyError(ValueError):
@@ -83,6 +83,7 @@ class Summary:
     turn: breaks.Turn
     prompt_chars: int  # characters of system, tools and history: the prompt's size
     last_chars: int  # characters of the last message: what this turn added
+    chunks: bytes  # holdings.chunk_names: the prompt's prefix chunks, named
     messages: int  # history messages (0 or 1: a conversation's first turn)
 
 
@@ -149,6 +150,7 @@ def summarize_body(body: Mapping[str, Any]) -> Summary:
         turn=breaks.fingerprint(zones),
         prompt_chars=len(zones.system) + len(zones.tools) + sum(len(t) for _, t in zones.history),
         last_chars=len(zones.history[-1][1]) if zones.history else 0,
+        chunks=holdings.chunk_names(zones),
         messages=len(zones.history),
     )
 

@@ -118,7 +118,7 @@ class ProxySettings:
     conversations: int = 100_000
     """Conversations whose last turn is remembered, to notice prefix breaks."""
     holdings_bytes: int = 32 * 2**20
-    """Memory for the guesses of what members hold (router.holdings)."""
+    """Memory per endpoint for the guesses of what members hold (router.holdings)."""
     engine_metrics_interval: float = 0.25
     """Seconds between reads of each member's /metrics (0: never; local estimates only)."""
     tokens: auth.Tokens = auth.Tokens()

@@ -1,89 +1,113 @@
 """What each member probably holds in its KV cache, from what the router sent it.
 
-Pure (bounded tables, no I/O, no clock). Two tables, each a least-recently-used map bounded by
-an estimate of its bytes:
-
-- conversations: where each conversation was last sent and how long its prompt was then. The
-  next turn extends that prompt, so its home holds that many of its tokens;
-- heads: which members recently served each routing key's head (a shared system prompt and
-  tools, or the first turn) and how many tokens it is. A new conversation with a known head
-  finds that much cached on those members.
+Pure (a bounded table, no I/O, no clock). A prompt is read as a stream of characters (system,
+tools, then each message with its role) cut into chunks of CHUNK_CHARS; chunk i is named by a
+hash of everything up to its end, so two prompts share the names of exactly the chunks of the
+prefix they share (router.bodies computes them with the rest of the summary). The table maps a
+chunk name to the members that were last sent a prompt containing it (a few, most recent last),
+so the leading run of a request's chunks found with a member is the prefix that member
+probably holds: a conversation's previous turn on its home, a shared system prompt and tools on
+every member that served them, a RAG document wherever it went. It is a coarse radix tree over
+the router's own traffic, like the trees of sglang-router and the block indexes of llm-d and
+Dynamo, but fed by what was sent rather than by engine events.
 
 Every figure is a guess: the engine may have evicted the blocks, or another router replica may
-have sent the conversation elsewhere since. A wrong guess costs one request a worse placement,
-never a wrong answer, and the next turn corrects it. Each lookup and record is O(1).
+have sent the prompt elsewhere since. A wrong guess costs one request a worse placement, never a
+wrong answer. The table is bounded in bytes (entries of about ENTRY_BYTES, least recently
+recorded dropped first); a lookup and a record cost one dictionary access per chunk of the
+prompt (about 1,000 tokens each), never a scan of the table.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
+import hashlib
 from collections.abc import Collection
 
-CONVERSATION_BYTES = 200  # one entry: a 16-hex-digit key, a shared member name, a small int
-HEAD_BYTES = 400  # one entry with up to a few members
-MAX_HEAD_MEMBERS = 4  # a head popular enough to live on more members is everywhere anyway
+from kvpin.router.keys import Zones
+
+CHUNK_CHARS = 4096
+HASH_BYTES = 8
+ENTRY_BYTES = 250  # a 16-byte key, a short list of shared member names, the table's own entry
+MAX_MEMBERS = 4  # a chunk popular enough to live on more members is everywhere anyway
 
 
-@dataclasses.dataclass(frozen=True)
-class Held:
-    """A guess of what one member holds of one request."""
-
-    conversation: tuple[str, int] | None  # (home member, tokens of its last prompt)
-    head: dict[str, int]  # member -> head tokens
+def chunk_names(zones: Zones) -> bytes:
+    """The names of a prompt's whole chunks, concatenated (HASH_BYTES each)."""
+    h = hashlib.blake2b(digest_size=HASH_BYTES)
+    out = bytearray()
+    filled = 0
+    pieces = [zones.system, "\x1f", zones.tools, "\x1f"]
+    for role, text in zones.history:
+        pieces += (role, "\0", text, "\x1e")
+    for text in pieces:
+        start = 0
+        while start < len(text):
+            end = min(len(text), start + CHUNK_CHARS - filled)
+            h.update(text[start:end].encode("utf-8", "surrogatepass"))
+            filled += end - start
+            start = end
+            if filled == CHUNK_CHARS:
+                out += h.copy().digest()
+                filled = 0
+    return bytes(out)
 
 
 class Holdings:
-    """The router's guesses of cache contents, bounded in bytes."""
+    """Chunk name -> members that probably hold it, bounded in bytes."""
 
     def __init__(self, max_bytes: int = 32 * 2**20) -> None:
-        self.max_conversations = max(1, max_bytes * 3 // 4 // CONVERSATION_BYTES)
-        self.max_heads = max(1, max_bytes // 4 // HEAD_BYTES)
-        self._conversations: collections.OrderedDict[str, tuple[str, int]] = (
-            collections.OrderedDict()
-        )
-        self._heads: collections.OrderedDict[str, dict[str, int]] = collections.OrderedDict()
+        self.max_entries = max(1, max_bytes // ENTRY_BYTES)
+        self._chunks: collections.OrderedDict[bytes, list[str]] = collections.OrderedDict()
 
-    def lookup(self, conversation: str, head: str) -> Held:
-        """What is known of a conversation and a head (the entries count as used)."""
-        home = self._conversations.get(conversation)
-        if home is not None:
-            self._conversations.move_to_end(conversation)
-        members = self._heads.get(head)
-        if members is not None:
-            self._heads.move_to_end(head)
-        return Held(home, dict(members or {}))
+    @staticmethod
+    def _names(scope: bytes, chunks: bytes) -> list[bytes]:
+        return [scope + chunks[i : i + HASH_BYTES] for i in range(0, len(chunks), HASH_BYTES)]
 
-    def record(
-        self, conversation: str, head: str, member: str, tokens: int, head_tokens: int
-    ) -> None:
-        """`member` now holds this conversation's prompt of `tokens` and its head."""
-        self._conversations[conversation] = (member, tokens)
-        self._conversations.move_to_end(conversation)
-        if len(self._conversations) > self.max_conversations:
-            self._conversations.popitem(last=False)
-        members = self._heads.setdefault(head, {})
-        self._heads.move_to_end(head)
-        members.pop(member, None)
-        members[member] = head_tokens  # the most recent last
-        while len(members) > MAX_HEAD_MEMBERS:
-            del members[next(iter(members))]
-        if len(self._heads) > self.max_heads:
-            self._heads.popitem(last=False)
+    def held(self, scope: bytes, chunks: bytes) -> dict[str, int]:
+        """For each member, how many leading chunks of this prompt it probably holds.
 
-    def forget(self, prefix: str, members: Collection[str]) -> None:
-        """Members that left hold nothing any more (entries whose keys start with `prefix`:
-        the proxy keys both tables by endpoint first)."""
+        `scope` keeps prompts that can never share cache apart (different cache salts).
+        """
+        out: dict[str, int] = {}
+        names = self._names(scope, chunks)
+        alive: set[str] | None = None
+        for i, name in enumerate(names):
+            holders = set(self._chunks.get(name, ()))
+            if alive is None:
+                alive = holders
+            for member in alive - holders:
+                out[member] = i
+            alive &= holders
+            if not alive:
+                return out
+        out.update(dict.fromkeys(alive or (), len(names)))
+        return out
+
+    def record(self, scope: bytes, chunks: bytes, member: str) -> None:
+        """`member` was sent a prompt with these chunks: it holds them now."""
+        for name in self._names(scope, chunks):
+            members = self._chunks.get(name)
+            if members is None:
+                self._chunks[name] = [member]
+            else:
+                if member in members:
+                    members.remove(member)
+                members.append(member)
+                del members[:-MAX_MEMBERS]
+                self._chunks.move_to_end(name)
+        while len(self._chunks) > self.max_entries:
+            self._chunks.popitem(last=False)
+
+    def forget(self, members: Collection[str]) -> None:
+        """Members that left hold nothing any more (a scan: membership changes are rare)."""
         gone = set(members)
-        stale = [
-            k for k, (m, _) in self._conversations.items() if m in gone and k.startswith(prefix)
-        ]
-        for key in stale:
-            del self._conversations[key]
-        for key, held in self._heads.items():
-            if key.startswith(prefix):
-                for member in gone & held.keys():
-                    del held[member]
+        for name in list(self._chunks):
+            kept = [m for m in self._chunks[name] if m not in gone]
+            if kept:
+                self._chunks[name] = kept
+            else:
+                del self._chunks[name]
 
     def __len__(self) -> int:
-        return len(self._conversations)
+        return len(self._chunks)

@@ -41,7 +41,18 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from kvpin import api, logs
-from kvpin.router import auth, bodies, errors, headers, keys, parsing, placement, ring, usage
+from kvpin.router import (
+    auth,
+    bodies,
+    errors,
+    headers,
+    holdings,
+    keys,
+    parsing,
+    placement,
+    ring,
+    usage,
+)
 from kvpin.router.breaks import BreakDetector
 from kvpin.router.config import ProxySettings
 from kvpin.router.estimates import Estimates
@@ -62,10 +73,10 @@ class Facts:
     """What placement needs of one request, sized in tokens."""
 
     key: str
-    conversation: str
+    scope: bytes  # the cache salt: prompts with different salts share nothing
+    chunks: bytes  # the prompt's chunk names (router.holdings)
     prompt_chars: int
     prompt_tokens: int
-    head_tokens: int  # of the routing key's head: what members that served the key hold
     previous_tokens: int  # of the previous turn's prompt (0 on a first turn)
 
 
@@ -138,7 +149,7 @@ class Proxy:
         self.parser = parsing.Parser(settings.parse)
         self.loads: collections.defaultdict[str, dict[str, int]] = collections.defaultdict(dict)
         self.outliers = Outliers(settings.outliers)
-        self.holdings = Holdings(settings.holdings_bytes)
+        self.holdings: dict[str, Holdings] = {}  # per endpoint
         self.estimates = Estimates()
         self.engines = EngineLoads(self._member_urls, interval=settings.engine_metrics_interval)
         self.breaks = BreakDetector(settings.conversations)
@@ -161,6 +172,12 @@ class Proxy:
         await self.engines.stop()
         if self.session:
             await self.session.close()
+
+    def _holdings(self, ep: str) -> Holdings:
+        table = self.holdings.get(ep)
+        if table is None:
+            table = self.holdings[ep] = Holdings(self.settings.holdings_bytes)
+        return table
 
     def _member_urls(self) -> set[str]:
         return {m.url for e in self.membership.endpoints.values() for m in e.config.members}
@@ -236,9 +253,8 @@ class Proxy:
         tokens = self.estimates.tokens
         prompt = max(1, tokens(ep, summary.prompt_chars))
         facts = Facts(
-            key=key, conversation=conversation, prompt_chars=summary.prompt_chars,
-            prompt_tokens=prompt, head_tokens=min(prompt, tokens(ep, min(
-                len(summary.head), routing.prefix_chars))),
+            key=key, scope=salt.encode("utf-8", "surrogatepass"), chunks=summary.chunks,
+            prompt_chars=summary.prompt_chars, prompt_tokens=prompt,
             previous_tokens=0 if summary.messages <= 1 else max(
                 0, prompt - tokens(ep, summary.last_chars)),
         )  # fmt: skip
@@ -268,17 +284,14 @@ class Proxy:
         capped = [m for m in walk if loads.get(m.name, 0) + 1 <= bound]
         if not capped:
             capped = [min(walk, key=lambda m: loads.get(m.name, 0))]
-        held = self.holdings.lookup(f"{ep}/{facts.conversation}", f"{ep}/{facts.key}")
-        home = held.conversation[0] if held.conversation else None
-        if home not in endpoint.ring.members:
-            home = None
+        held = self._holdings(ep).held(facts.scope, facts.chunks)
+        chars = {m: n * holdings.CHUNK_CHARS for m, n in held.items() if n}
+        home = max(chars, key=chars.__getitem__, default=None)  # the longest prefix held
 
         def cached(member: str) -> int:
-            if held.conversation and member == home:
-                return min(held.conversation[1], facts.prompt_tokens)
-            if member in held.head:
-                return min(held.head[member], facts.prompt_tokens)
-            if home is None and member == walk[0].name:
+            if member in chars:
+                return min(facts.prompt_tokens, self.estimates.tokens(ep, chars[member]))
+            if home is None and member == walk[0].name:  # an unseen later turn: its ring owner
                 return facts.previous_tokens
             return 0
 
@@ -493,10 +506,7 @@ class Proxy:
                 uncached_tokens=prompt - seen.cached_tokens, alone=learn.placed.alone,
                 ttft_s=(learn.first_token or time.monotonic()) - started,
             )  # fmt: skip
-        self.holdings.record(
-            f"{ep}/{facts.conversation}", f"{ep}/{facts.key}", member, prompt,
-            min(facts.head_tokens, prompt),
-        )  # fmt: skip
+        self._holdings(ep).record(facts.scope, facts.chunks, member)
 
     def _count(self, ep: str, attempt: int, placed: Placed) -> None:
         m = self.metrics
@@ -556,7 +566,10 @@ class Proxy:
             idle = {m for m in gone if not self.loads.get(ep, {}).get(m)}
             self.metrics.forget(ep, idle)
             self.outliers.forget(ep, gone)
-            self.holdings.forget(f"{ep}/", gone)
+            if ep in self.holdings:
+                self.holdings[ep].forget(gone)
+            if after is None:
+                self.holdings.pop(ep, None)
             self.estimates.forget(ep, gone)
             for member in idle:
                 self.loads.get(ep, {}).pop(member, None)

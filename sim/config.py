@@ -71,6 +71,8 @@ class SimConfig:
     capacity_blocks: int = 16_384
     max_model_len: int = 131_072
     max_body_bytes: int = 32 * 2**20
+    debug_routes: bool = False
+    """Serve POST /debug/cached_tokens: the exact cache view a benchmark's oracle needs."""
     tokenizer: str | None = None
     """Path of a Hugging Face tokenizer.json; the built-in word tokenizer when None."""
     timing: Timing = dataclasses.field(default_factory=Timing)

@@ -113,6 +113,12 @@ class Engine:
     def num_waiting(self) -> int:
         return len(self.waiting)
 
+    @property
+    def queued_prefill_tokens(self) -> int:
+        """Prefill tokens still to compute: what running sequences have left, and whole
+        prompts of waiting ones (their cache hits are not known before admission)."""
+        return sum(s.prefill_left for s in self.running) + sum(s.prompt_len for s in self.waiting)
+
     async def start(self, hashes: Sequence[int], prompt_len: int, max_tokens: int) -> Generation:
         """Queue a request and wait until the scheduler admits it (its cached tokens known).
 

@@ -221,6 +221,29 @@ async def reset_prefix_cache(request: web.Request) -> web.Response:
     return web.json_response({"dropped_blocks": dropped})
 
 
+async def debug_cached_tokens(request: web.Request) -> web.Response:
+    """What this engine holds of a chat prompt right now, and the prefill queued ahead of it.
+
+    Off by default (`--debug-routes`): the exactness yardstick of `kvpin bench` (its `oracle`
+    policy) asks every engine this before placing each request. Nothing is changed by asking.
+    """
+    sim = request.app[SIMULATOR]
+    config = sim.config
+    parsed = protocol.parse(
+        "chat", await _body(request), served=config.names, max_model_len=config.max_model_len,
+        encode=sim.encode,
+    )  # fmt: skip
+    hashes = caching.block_hashes(
+        parsed.prompt, block_size=config.block_size, salt=config.salt(parsed.cache_salt)
+    )
+    return web.json_response({
+        "prompt_tokens": len(parsed.prompt),
+        "cached_tokens": sim.cache.match(hashes, len(parsed.prompt)) * config.block_size,
+        "queued_prefill_tokens": sim.engine.queued_prefill_tokens,
+        "running": sim.engine.num_running,
+    })  # fmt: skip
+
+
 def make_app(config: SimConfig) -> web.Application:
     """The simulator as an aiohttp application."""
     app = web.Application(client_max_size=config.max_body_bytes)
@@ -234,6 +257,8 @@ def make_app(config: SimConfig) -> web.Application:
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
+    if config.debug_routes:
+        app.router.add_post("/debug/cached_tokens", _renders_errors(debug_cached_tokens))
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)

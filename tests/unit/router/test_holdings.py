@@ -1,34 +1,38 @@
 """The bounded guesses of what members hold (router.holdings)."""
 
-from kvpin.router import holdings
+from kvpin.router import holdings, keys
+
+C = holdings.CHUNK_CHARS
 
 
-def test_a_conversation_and_its_head_are_remembered_where_they_went() -> None:
+def chunks(*history: str, system: str = "") -> bytes:
+    return holdings.chunk_names(keys.Zones(system, "", tuple(("user", h) for h in history)))
+
+
+def test_prompts_share_the_names_of_exactly_the_chunks_of_their_shared_prefix() -> None:
+    a = chunks("x" * (3 * C))
+    b = chunks("x" * (2 * C) + "y" * C)
+    assert len(a) == len(b) == 3 * holdings.HASH_BYTES  # "user\0" and separators: 3 whole
+    assert a[:16] == b[:16] and a[16:] != b[16:]
+    assert chunks("x" * (3 * C), "more")[:24] == a  # a later turn extends the names
+
+
+def test_each_member_holds_the_leading_run_of_chunks_it_was_sent() -> None:
     h = holdings.Holdings()
-    h.record("ep/c1", "ep/k", "pod-1", 900, 300)
-    h.record("ep/c2", "ep/k", "pod-2", 500, 300)
-    held = h.lookup("ep/c1", "ep/k")
-    assert held.conversation == ("pod-1", 900)
-    assert held.head == {"pod-1": 300, "pod-2": 300}
-    assert h.lookup("ep/c3", "ep/other") == holdings.Held(None, {})
+    turn1 = chunks("x" * (3 * C))
+    turn2 = chunks("x" * (3 * C), "y" * (2 * C))
+    other = chunks("x" * C + "z" * (2 * C))
+    h.record(b"", turn1, "pod-1")
+    h.record(b"", other, "pod-2")
+    assert h.held(b"", turn2) == {"pod-1": 3, "pod-2": 1}
+    assert h.held(b"salt", turn2) == {}  # another cache salt shares nothing
 
 
-def test_the_tables_are_bounded_by_bytes_oldest_first() -> None:
-    h = holdings.Holdings(max_bytes=10_000)  # 3/4 for conversations: 37 of 200 bytes
-    assert h.max_conversations == 37
-    for i in range(40):
-        h.record(f"ep/c{i}", "ep/k", "pod-0", i, 1)
-    assert len(h) == 37
-    assert h.lookup("ep/c2", "ep/k").conversation is None
-    assert h.lookup("ep/c3", "ep/k").conversation == ("pod-0", 3)
-
-
-def test_a_head_keeps_its_most_recent_members_and_departed_members_hold_nothing() -> None:
-    h = holdings.Holdings()
-    for i in range(6):
-        h.record(f"ep/c{i}", "ep/k", f"pod-{i}", 10, 5)
-    assert list(h.lookup("ep/x", "ep/k").head) == ["pod-2", "pod-3", "pod-4", "pod-5"]
-    h.forget("ep/", {"pod-5", "pod-4"})
-    assert h.lookup("ep/c5", "ep/k") == holdings.Held(None, {"pod-2": 5, "pod-3": 5})
-    h.forget("other/", {"pod-3"})
-    assert h.lookup("ep/c3", "ep/k").conversation == ("pod-3", 10)
+def test_the_table_is_bounded_and_departed_members_hold_nothing() -> None:
+    h = holdings.Holdings(max_bytes=10 * holdings.ENTRY_BYTES)
+    for i in range(5):
+        h.record(b"", chunks(f"{i}" * (3 * C)), f"pod-{i % 2}")
+    assert len(h) == 10
+    h.forget({"pod-0"})
+    assert h.held(b"", chunks("4" * (3 * C))) == {}
+    assert h.held(b"", chunks("3" * (3 * C))) == {"pod-1": 3}
