@@ -19,7 +19,7 @@ PRESETS = ("vllm", "sglang", "sim", "custom")
 KEY_MODES = ("prefix", "session", "endpoint")
 DEFAULT_PORT = 8000
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
-DEFAULT_LOAD_FACTOR = 1.25
+DEFAULT_LOAD_FACTOR = 2.0  # a hard cap; the router places by cost (router.placement)
 DEFAULT_VIRTUAL_NODES = 160
 DEFAULT_SESSION_HEADER = "X-Session-ID"
 # StatefulSet pods are named "<name>-<ordinal>" and carry a "<name>-<hash>" revision label,

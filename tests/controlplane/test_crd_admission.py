@@ -35,8 +35,9 @@ def test_defaults_are_applied_by_the_api_server(
     assert spec["engine"] == {"preset": "vllm", "port": 8000, "healthPath": "/health"}
     assert spec["gpu"] == {"count": 1, "resourceName": "nvidia.com/gpu"}
     assert spec["routing"] == {
-        "key": "prefix", "loadFactor": 1.25, "virtualNodes": 160, "sessionHeader": "X-Session-ID",
-        "prefixChars": 2048, "cacheSalt": "none",
+        "key": "prefix", "loadFactor": 2, "virtualNodes": 160, "sessionHeader": "X-Session-ID",
+        "prefixChars": 2048, "cacheSalt": "none", "prefillTokensPerSecond": 10000,
+        "moveMargin": 0.25,
     }  # fmt: skip
 
 
