@@ -14,7 +14,7 @@ def test_defaults_match_the_schema() -> None:
     assert parsed.engine.port == 8000
     assert parsed.gpu.count == 1
     assert parsed.gpu.resource_name == "nvidia.com/gpu"
-    assert parsed.routing == spec.RoutingSpec("prefix", 1.25, 160, "X-Session-ID")
+    assert parsed.routing == spec.RoutingSpec("prefix", 2.0, 160, "X-Session-ID")
     assert parsed.vram_reservation_bytes == 2**30
 
 
