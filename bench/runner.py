@@ -22,7 +22,8 @@ import yaml
 from kvpin.bench import processes, replay, router_throughput, scoring, targets, traces, workloads
 from kvpin.router import placement
 
-KVPIN_POLICIES = ("kvpin", "kvpin-session", "kvpin-endpoint")
+KVPIN_POLICIES = ("kvpin", "kvpin-session", "kvpin-endpoint", "kvpin-x3")
+REPLICAS = {"kvpin-x3": 3}  # router replicas behind a round-robin client
 PEER_POLICIES = (
     "sglang-router:cache_aware", "sglang-router:round_robin",
     "vllm-router:cache_aware", "vllm-router:consistent_hash",
@@ -44,6 +45,8 @@ class BenchConfig:
     prefill_tps: float = 10_000.0
     decode_tps: float = 50.0
     time_scale: float = 0.25
+    max_model_len: int = 262_144
+    """The simulators' context length (the public trace has prompts of up to 191k tokens)."""
     concurrency: int = 8
     prefix_chars: int = 2048
     """The kvpin router's `routing.prefixChars`."""
@@ -92,7 +95,7 @@ def _pools(config: BenchConfig, endpoints: Sequence[str]) -> Iterator[dict[str, 
                     "--prefill-tps", str(config.prefill_tps),
                     "--decode-tps", str(config.decode_tps),
                     "--time-scale", str(config.time_scale), "--log-level", "WARNING",
-                    "--debug-routes",
+                    "--max-model-len", str(config.max_model_len), "--debug-routes",
                 ]  # fmt: skip
                 stack.enter_context(processes.running(command, health_url=f"{url}/health"))
                 pools.setdefault(endpoint, []).append(url)
@@ -111,19 +114,22 @@ def _target(
                              prefix_chars=int(routing["prefixChars"]))  # fmt: skip
         return
     if policy in KVPIN_POLICIES:
-        key = policy.partition("-")[2] or "prefix"
+        key = policy.partition("-")[2] if policy in ("kvpin-session", "kvpin-endpoint") else ""
         config = tmp / f"{policy}.yaml"
         config.write_text(yaml.safe_dump({"endpoints": {
-            ep: {"members": urls, "routing": {"key": key, **routing}}
+            ep: {"members": urls, "routing": {"key": key or "prefix", **routing}}
             for ep, urls in pools.items()}}))  # fmt: skip
-        port = processes.free_port()
-        url = f"http://127.0.0.1:{port}"
-        with processes.running(
-            [*processes.kvpin_command(), "router", "--config", str(config), "--host", "127.0.0.1",
-             "--port", str(port), "--log-level", "WARNING"],
-            health_url=f"{url}/readyz",
-        ):  # fmt: skip
-            yield targets.Routed(dict.fromkeys(pools, url))
+        with contextlib.ExitStack() as stack:
+            urls = []
+            for _ in range(REPLICAS.get(policy, 1)):
+                port = processes.free_port()
+                urls.append(f"http://127.0.0.1:{port}")
+                stack.enter_context(processes.running(
+                    [*processes.kvpin_command(), "router", "--config", str(config), "--host",
+                     "127.0.0.1", "--port", str(port), "--log-level", "WARNING"],
+                    health_url=f"{urls[-1]}/readyz",
+                ))  # fmt: skip
+            yield targets.Routed(dict.fromkeys(pools, urls))
         return
     name, _, peer_policy = policy.partition(":")
     executable = router_throughput.find_peer(name)
@@ -180,7 +186,8 @@ def _each_policy(
                 result = asyncio.run(drive(target, tick))
                 breaks = None
                 if policy in KVPIN_POLICIES and isinstance(target, targets.Routed):
-                    breaks = _scrape_sum(next(iter(target.urls.values())), _BREAKS)
+                    routers = {u for urls in target.urls.values() for u in urls}
+                    breaks = sum(_scrape_sum(u, _BREAKS) for u in routers)
             per_pod = {u: _requests_served(u) - before[u] for u in before}
             summaries.append(scoring.summarize(
                 policy, result.records, bound=bound(result), makespan_s=result.makespan_s,

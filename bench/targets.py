@@ -43,13 +43,15 @@ class Target:
 
 
 class Routed(Target):
-    """Every request to one router per endpoint (or one router for all of them)."""
+    """Every request to a router: one or several replicas per endpoint, taken in turn (as a
+    Service's round robin would spread clients over router pods)."""
 
-    def __init__(self, urls: Mapping[str, str]) -> None:
-        self.urls = dict(urls)
+    def __init__(self, urls: Mapping[str, str | Sequence[str]]) -> None:
+        self.urls = {ep: [u] if isinstance(u, str) else list(u) for ep, u in urls.items()}
+        self._turns = {ep: itertools.cycle(u) for ep, u in self.urls.items()}
 
     def pick(self, endpoint: str) -> str:
-        return self.urls[endpoint]
+        return next(self._turns[endpoint])
 
 
 class Baseline(Target):
@@ -110,6 +112,8 @@ class Oracle(Target):
                                prefix_chars=self.prefix_chars)  # fmt: skip
         walk = list(self.rings[endpoint].walk(key))
         seen = await asyncio.gather(*(self._ask(m.name, body) for m in walk))
+        if not all("cached_tokens" in answer for answer in seen):
+            return walk[0].name  # the engines refuse it (too long, say): they will say so again
         candidates = [
             placement.Candidate(m.name, s["queued_prefill_tokens"] + 32 * s["running"],
                                 s["cached_tokens"], self.costs.prefill_tokens_per_s)

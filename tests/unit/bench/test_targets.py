@@ -25,5 +25,8 @@ def test_random_is_seeded() -> None:
         targets.Baseline("fastest", POOLS)
 
 
-def test_routed_sends_everything_to_the_router() -> None:
+def test_routed_sends_everything_to_the_router_or_its_replicas_in_turn() -> None:
     assert targets.Routed({"ep": "http://router"}).pick("ep") == "http://router"
+    replicas = targets.Routed({"ep": ["http://r1", "http://r2", "http://r3"]})
+    assert [replicas.pick("ep") for _ in range(4)] == ["http://r1", "http://r2", "http://r3",
+                                                       "http://r1"]  # fmt: skip
