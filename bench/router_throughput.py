@@ -26,6 +26,7 @@ from kvpin.bench import bodies, processes, wrk
 from kvpin.router import bodies as router_bodies
 from kvpin.router import keys, ring
 from kvpin.router.breaks import BreakDetector
+from kvpin.router.holdings import CHUNK_CHARS, Holdings, chunk_names
 
 SMALL_CHAT = bodies.small_chat("ep-a")
 
@@ -85,6 +86,23 @@ def conversation_bytes(conversations: int = 20_000) -> float:
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     return held / conversations
+
+
+def holdings_bytes(prompts: int = 2_000) -> float:
+    """Bytes the placement index holds per chunk of prompt (about 1,000 tokens), traced over
+    conversations of 10 turns growing by a chunk each."""
+    table = Holdings(max_bytes=2**40)
+    chunk = "w" * CHUNK_CHARS
+    names = [
+        chunk_names(keys.Zones("", "", (("user", f"{c} {chunk * 10}"),))) for c in range(prompts)
+    ]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i, prompt in enumerate(names):
+        table.record(b"", prompt, f"pod-{i % 8}")
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return held / len(table)
 
 
 def parse_ms_per_mib() -> dict[str, float]:
@@ -157,7 +175,8 @@ def run(config: RouterBenchConfig) -> str:
             path = "/healthz" if name == "kvpin router" else "/health"
             with processes.running(command, health_url=base + path, cpus=[config.router_cpu]):
                 rows.append(_measure(name, base, config))
-    return format_report(rows, decision_cost(), config, conversation_bytes(), parse_ms_per_mib())
+    figures = Figures(decision_cost(), conversation_bytes(), parse_ms_per_mib(), holdings_bytes())
+    return format_report(rows, figures, config)
 
 
 def _measure(name: str, base: str, config: RouterBenchConfig) -> Row:
@@ -170,13 +189,17 @@ def _measure(name: str, base: str, config: RouterBenchConfig) -> Row:
     return Row(name, throughput, latency)
 
 
-def format_report(
-    rows: list[Row],
-    decision_s: float,
-    config: RouterBenchConfig,
-    per_conversation: float,
-    parse_ms: dict[str, float],
-) -> str:
+@dataclasses.dataclass(frozen=True)
+class Figures:
+    """The request path's own costs, measured in-process."""
+
+    decision_s: float
+    per_conversation: float  # bytes of the break detector
+    parse_ms: dict[str, float]  # per MiB, by body shape
+    per_chunk: float  # bytes of the placement index
+
+
+def format_report(rows: list[Row], figures: Figures, config: RouterBenchConfig) -> str:
     """The table, the decision cost and the command."""
     direct = rows[0].latency.latency_s.get(50, 0.0)
     lines = [
@@ -195,11 +218,13 @@ def format_report(
     lines += [
         "",
         f"Routing decision for a 32 KB chat body (parse, keys, break check, ring walk): "
-        f"{decision_s * 1e6:.0f} µs",
-        f"Break detector memory: {per_conversation:.0f} bytes per conversation, "
+        f"{figures.decision_s * 1e6:.0f} µs",
+        f"Break detector memory: {figures.per_conversation:.0f} bytes per conversation, "
         "whatever its length",
+        f"Placement index memory: {figures.per_chunk:.0f} bytes per chunk of "
+        f"{CHUNK_CHARS:,} characters (about 1,000 tokens) of distinct prompt",
         "Summarizing a body: "
-        + ", ".join(f"{name} {ms:.1f} ms/MiB" for name, ms in parse_ms.items())
+        + ", ".join(f"{name} {ms:.1f} ms/MiB" for name, ms in figures.parse_ms.items())
         + " (bodies over 2 MiB or 500 objects are parsed in a worker process)",
         "",
         f"`kvpin bench router --duration {config.duration_s:g} --connections "
