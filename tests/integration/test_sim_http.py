@@ -235,3 +235,26 @@ def test_the_kvpin_sim_command_serves_and_sizes_its_cache_from_bytes() -> None:
     assert b"2 cache blocks" in output
     assert b"100, 101" not in output  # prompt contents are never logged
     assert os.environ.get("KVPIN_LOG_PROMPTS") is None
+
+
+async def test_the_debug_route_tells_what_the_cache_holds_and_is_off_by_default(
+    start_sim,
+) -> None:
+    import aiohttp
+
+    messages = [{"role": "system", "content": "You are terse. " * 40},
+                {"role": "user", "content": "hi"}]  # fmt: skip
+    body = {"model": "ep-a", "messages": messages, "max_tokens": 1}
+    plain, debug = await start_sim(), await start_sim(debug_routes=True)
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{plain}/debug/cached_tokens", json=body) as r:
+            assert r.status == 404
+        async with session.post(f"{debug}/debug/cached_tokens", json=body) as r:
+            before = await r.json()
+        async with session.post(f"{debug}/v1/chat/completions", json=body) as r:
+            served = (await r.json())["usage"]["prompt_tokens"]
+        async with session.post(f"{debug}/debug/cached_tokens", json=body) as r:
+            after = await r.json()
+    assert before["cached_tokens"] == 0 and before["prompt_tokens"] == served
+    assert served - 16 <= after["cached_tokens"] < served  # whole blocks; the last token never
+    assert after["queued_prefill_tokens"] == 0
