@@ -50,8 +50,8 @@ class RoutingConfig:
     prefill_tokens_per_s: float = 10_000.0
     """A member's prefill rate until the router has measured it."""
     move_margin: float = 0.25
-    """A request leaves its home only for a member whose estimated TTFT is lower by this
-    fraction of the home's (and by at least 1,024 tokens of prefill)."""
+    """A request leaves the member holding its prefix only for one whose estimated TTFT is
+    lower by this fraction of the prefill the move recomputes (router.placement)."""
 
     def costs(self) -> placement.CostSettings:
         return placement.CostSettings(self.prefill_tokens_per_s, self.move_margin)

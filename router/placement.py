@@ -7,10 +7,14 @@ request that the member does not hold, over the member's prefill rate. Then:
 - A request with nothing cached anywhere (a new conversation with a new head) goes to the less
   loaded of the first two members of its key's walk (ties: the first), so cache occupancy and
   load stay even while the choice stays mostly a function of the key.
-- Otherwise the home (where the conversation was last sent, else the key's ring owner) stays
-  the choice unless another member's estimate is lower by more than the margin: a fraction of
-  the home's estimate and at least `margin_tokens` of prefill. Moving costs the recomputation of
-  everything the home holds, so a member must be clearly ahead, not one request emptier.
+- Otherwise the home (the member holding the longest prefix of the request, else the key's
+  ring owner) stays the choice unless another member's estimate is lower by more than the
+  margin. The estimates already count the prefill a move recomputes; the margin prices what
+  they do not: the copy left behind on the home (cache space the pool loses to duplication)
+  and the estimates' own error. So it is `margin` times the tokens the move would recompute,
+  plus `margin_tokens` of hysteresis: a long conversation leaves its home only for a member
+  far ahead, while a new conversation whose only cached part is a short shared head (system
+  prompt, tools) spreads as soon as the head's holders have work queued.
 - Ties break by walk order, so replicas with the same membership and the same loads agree.
 
 The estimates are guesses (router.holdings says why); nothing here is trusted beyond choosing.
@@ -29,9 +33,9 @@ class CostSettings:
     prefill_tokens_per_s: float = 10_000.0
     """A member's prefill rate until the router has measured it (routing.prefillTokensPerSecond)."""
     margin: float = 0.25
-    """Another member must be ahead by this fraction of the home's estimated TTFT..."""
-    margin_tokens: int = 1024
-    """...and by at least this much prefill work (tokens), to move a request off its home."""
+    """Another member must be ahead by this fraction of the prefill a move recomputes..."""
+    margin_tokens: int = 256
+    """...plus this much prefill work (tokens), to move a request off its home."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +68,8 @@ def decide(
         return Decision(first.name, moved=False, fresh=True)
     stay = next((c for c in walk if c.name == home), walk[0])
     best = min(walk, key=lambda c: c.ttft(prompt_tokens))
-    here = stay.ttft(prompt_tokens)
-    margin = max(settings.margin * here, settings.margin_tokens / stay.rate)
-    if best.ttft(prompt_tokens) < here - margin:
+    recomputed = max(0, stay.cached_tokens - best.cached_tokens)
+    margin = (settings.margin * recomputed + settings.margin_tokens) / stay.rate
+    if best is not stay and best.ttft(prompt_tokens) < stay.ttft(prompt_tokens) - margin:
         return Decision(best.name, moved=True, fresh=False)
     return Decision(stay.name, moved=False, fresh=False)

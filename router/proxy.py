@@ -286,7 +286,8 @@ class Proxy:
             capped = [min(walk, key=lambda m: loads.get(m.name, 0))]
         held = self._holdings(ep).held(facts.scope, facts.chunks)
         chars = {m: n * holdings.CHUNK_CHARS for m, n in held.items() if n}
-        home = max(chars, key=chars.__getitem__, default=None)  # the longest prefix held
+        longest = max(chars.values(), default=0)  # home: the first of the walk holding it
+        home = next((m.name for m in walk if longest and chars.get(m.name) == longest), None)
 
         def cached(member: str) -> int:
             if member in chars:

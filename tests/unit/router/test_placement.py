@@ -3,7 +3,7 @@
 from kvpin.router import placement
 from kvpin.router.placement import Candidate
 
-S = placement.CostSettings(margin=0.25, margin_tokens=1024)
+S = placement.CostSettings(margin=0.25, margin_tokens=256)
 
 
 def c(name: str, queued: float = 0, cached: int = 0, rate: float = 10_000) -> Candidate:
@@ -25,21 +25,32 @@ def test_a_warm_home_is_kept_against_a_small_imbalance() -> None:
 
 
 def test_a_home_buried_in_work_loses_to_a_member_ahead_by_more_than_the_margin() -> None:
-    # home: (60000 + 1000) / 10k = 6.1 s; b: 41000 / 10k = 4.1 s; margin 0.25 x 6.1 = 1.5 s
+    # home (60000 + 1000) / 10k = 6.1 s; b 41000 / 10k = 4.1 s;
+    # margin (0.25 x 40000 recomputed + 256) / 10k = 1.03 s: 4.1 < 6.1 - 1.03 -> move
     walk = [c("b"), c("home", queued=60_000, cached=40_000)]
     assert placement.decide(walk, "home", 41_000, S) == placement.Decision("b", True, False)
-    # within the margin: home (45000 + 1000) / 10k = 4.6 s vs 4.1 s -> stay
-    close = [c("b"), c("home", queued=45_000, cached=40_000)]
+    # home (49000 + 1000) / 10k = 5.0 s: 4.1 > 5.0 - 1.03 -> stay
+    close = [c("b"), c("home", queued=49_000, cached=40_000)]
     assert placement.decide(close, "home", 41_000, S).member == "home"
 
 
-def test_the_ring_owner_is_home_when_none_is_known_and_a_cached_head_counts() -> None:
-    # owner (500 + 2000) / 10k = 0.25 s, y 0.2 s: within the margin (1024 tokens, 0.1 s)
+def test_a_short_shared_head_is_left_for_a_member_with_less_queued() -> None:
+    # holder (1500 + 200) / 10k = 0.17 s; b 1500 / 10k = 0.15 s;
+    # margin (0.25 x 1300 + 256) / 10k = 0.058 s: 0.15 > 0.112 -> stay
+    walk = [c("holder", queued=1500, cached=1300), c("b")]
+    assert placement.decide(walk, "holder", 1500, S).member == "holder"
+    # holder with 3000 queued: 0.32 s; 0.15 < 0.26 -> b
+    walk = [c("holder", queued=3000, cached=1300), c("b")]
+    assert placement.decide(walk, "holder", 1500, S).member == "b"
+
+
+def test_a_move_between_members_holding_the_same_prefix_needs_only_the_hysteresis() -> None:
+    # owner (500 + 2000) / 10k = 0.25 s, y (0 + 2000) / 10k = 0.2 s; nothing recomputed:
+    # margin 256 / 10k = 0.0256 s -> y
     walk = [c("owner", queued=500, cached=3000), c("x"), c("y", cached=3000)]
-    assert placement.decide(walk, None, 5000, S).member == "owner"
-    # owner (2000 + 2000) / 10k = 0.4 s: y, holding the same head, is ahead by more
-    walk = [c("owner", queued=2000, cached=3000), c("x"), c("y", cached=3000)]
     assert placement.decide(walk, None, 5000, S) == placement.Decision("y", True, False)
+    walk = [c("owner", queued=200, cached=3000), c("x"), c("y", cached=3000)]
+    assert placement.decide(walk, None, 5000, S).member == "owner"
 
 
 def test_rates_weigh_members_differently() -> None:
