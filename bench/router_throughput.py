@@ -64,7 +64,7 @@ def decision_cost(prompt_bytes: int = 32 * 1024, members: int = 8) -> float:
         conversation = keys.conversation_id(summary.opening, None)
         key = keys.routing_key("prefix", "ep-a", summary.head, None, prefix_chars=2048)
         detector.observe(conversation, summary.turn)
-        the_ring.pick(key, {}, load_factor=1.25)
+        ring.within_bound(list(the_ring.walk(key)), {}, load_factor=2.0, size=members)
 
     runs = 2000
     return min(timeit.repeat(decide, number=runs, repeat=3)) / runs

@@ -2,13 +2,14 @@
 
 I/O at the edge. Per request: authenticate (router.auth), read the body (bounded in size and
 time), summarize it (router.bodies, on or off the event loop: router.parsing), find the endpoint
-named by `model`, key the request (router.keys), pick a member on the ring with bounded loads
-(router.ring), and forward the body as it came (every engine serves the endpoint id as a model
-alias, so `model` needs no rewrite; only a tenant's `cache_salt` is ever added) to the route's
-own path on the member: the client's path picks one of a fixed set of routes and is never
-copied. The answer is copied back chunk by chunk as it arrives: `iter_any()` -> `write()` keeps
-aiohttp's flow control end to end and nothing is buffered. A copy of each chunk goes to a
-UsageReader for the cache metrics.
+named by `model`, key the request (router.keys), walk the key's ring (router.ring) and place
+the request by cost (router.placement, from router.holdings, router.estimates and the
+members' own load, router.loads), and forward the body as it came (every engine serves the
+endpoint id as a model alias, so `model` needs no rewrite; only a tenant's `cache_salt` is ever
+added) to the route's own path on the member: the client's path picks one of a fixed set of
+routes and is never copied. The answer is copied back chunk by chunk as it arrives:
+`iter_any()` -> `write()` keeps aiohttp's flow control end to end and nothing is buffered. A
+copy of each chunk goes to a UsageReader for the cache metrics.
 
 Failover: a connect error, a timeout before the first byte, or a 5xx status before anything
 reached the client is retried on the next member of the walk (up to `max_attempts` members);
@@ -19,9 +20,9 @@ Every wait has a deadline: the client's body, each upstream step, each write to 
 In-flight counts are raised and lowered in one `with` block, so a cancelled request (a client
 that went away) lowers them too.
 
-State kept here, per router replica: in-flight counts (the loads of the bound), outliers, and
-where conversations that spilled past their key's member went (so they stay there instead of
-bouncing back), bounded in size; all of a member's state goes when it leaves the ring.
+State kept here, per router replica: in-flight counts (the loads of the hard cap), outliers,
+the holdings index and the estimates, each bounded; all of a member's state goes when it leaves
+the ring.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import collections
 import contextlib
 import dataclasses
 import logging
-import math
 import time
 from collections.abc import Iterator, Mapping
 
@@ -280,10 +280,9 @@ class Proxy:
         if not walk:
             raise ring.NoReadyMembersError
         loads = self.loads[ep]
-        bound = math.ceil(routing.load_factor * (sum(loads.values()) + 1) / len(endpoint.ring))
-        capped = [m for m in walk if loads.get(m.name, 0) + 1 <= bound]
-        if not capped:
-            capped = [min(walk, key=lambda m: loads.get(m.name, 0))]
+        capped = ring.within_bound(
+            walk, loads, load_factor=routing.load_factor, size=len(endpoint.ring)
+        )
         held = self._holdings(ep).held(facts.scope, facts.chunks)
         chars = {m: n * holdings.CHUNK_CHARS for m, n in held.items() if n}
         longest = max(chars.values(), default=0)  # home: the first of the walk holding it

@@ -1,26 +1,25 @@
 """One endpoint's ring: consistent hashing with bounded loads over uhashring.
 
-Pure: the ring is built from a membership snapshot, and `pick` is a function of the ring, the
-key and the in-flight loads it is handed.
+Pure: the ring is built from a membership snapshot; `walk` is a function of the ring and the
+key, `within_bound` of a walk and the in-flight loads it is handed.
 
 Members are keyed by their stable name (the pod name), so a pod restarted with a new address
 keeps its place and its keys; the address is only where to send. Each member has
 `virtual_nodes` points on the ring (ketama-compatible md5 placement, as uhashring does).
 
-`pick` walks the ring clockwise from the key's position (uhashring's `range`) and takes the
-first member whose in-flight load is within the bound of "Consistent Hashing with Bounded
-Loads" (Mirrokni, Thorup, Zadimoghaddam): load + 1 <= ceil(load_factor * (total + 1) / n).
-Without load pressure the first member is always taken, so the choice is a pure function of the
-membership and the key, and two routers with the same membership agree. A member that joins or
-leaves moves only the keys between it and its ring neighbours: about 1/n of them.
+`walk` goes clockwise from the key's position (uhashring's `range`): the key's ring owner first,
+then the members that take over its keys if it leaves. `within_bound` keeps the members of a
+walk whose in-flight load is within the bound of "Consistent Hashing with Bounded Loads"
+(Mirrokni, Thorup, Zadimoghaddam): load + 1 <= ceil(load_factor * (total + 1) / n), the hard cap
+under placement by cost (router.placement). A member that joins or leaves moves only the keys
+between it and its ring neighbours: about 1/n of them.
 """
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import math
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from uhashring import HashRing
 
@@ -29,19 +28,6 @@ from kvpin import api
 
 class NoReadyMembersError(Exception):
     """The endpoint has no member to send to."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Choice:
-    """Where a request goes."""
-
-    member: api.RingMember
-    primary: api.RingMember  # the first member of the walk: equal to member unless spilled
-
-    @property
-    def spilled(self) -> bool:
-        """The key's first member was over its load bound."""
-        return self.member != self.primary
 
 
 class EndpointRing:
@@ -81,46 +67,12 @@ class EndpointRing:
                 if len(seen) == len(self.members):
                     return
 
-    def pick(
-        self,
-        key: str,
-        loads: Mapping[str, int],
-        *,
-        load_factor: float,
-        exclude: Collection[str] = (),
-        prefer: str | None = None,
-        choices: int = 1,
-    ) -> Choice:
-        """The first member of the walk within the load bound, skipping `exclude`d ones.
 
-        `prefer` names a member to try first (a conversation that already moved there), still
-        subject to the bound. With `choices` > 1 the least loaded of the first `choices` members
-        within the bound is taken (the power of two choices, along the ring), which the proxy
-        uses for a conversation's first turn. Raises NoReadyMembersError when every member is
-        excluded.
-        """
-        total = sum(loads.get(m, 0) for m in self.members)
-        bound = math.ceil(load_factor * (total + 1) / max(len(self.members), 1))
-        primary: api.RingMember | None = None
-        eligible: list[api.RingMember] = []
-        if (
-            prefer is not None and prefer in self.members and prefer not in exclude
-            and loads.get(prefer, 0) + 1 <= bound
-        ):  # fmt: skip
-            eligible.append(self.members[prefer])
-        for m in self.walk(key):
-            if m.name in exclude:
-                continue
-            primary = primary or m
-            if len(eligible) >= choices:
-                break
-            if m.name != prefer and loads.get(m.name, 0) + 1 <= bound:
-                eligible.append(m)
-        if primary is None:
-            raise NoReadyMembersError
-        if eligible:
-            chosen = min(eligible, key=lambda m: loads.get(m.name, 0))
-        else:  # only when excluded members hold the load: take the least loaded
-            order = [m for m in self.walk(key) if m.name not in exclude]
-            chosen = min(order, key=lambda m: loads.get(m.name, 0))
-        return Choice(member=chosen, primary=primary)
+def within_bound(
+    walk: Sequence[api.RingMember], loads: Mapping[str, int], *, load_factor: float, size: int
+) -> list[api.RingMember]:
+    """The members of `walk` whose in-flight load is within the bound, in walk order; the least
+    loaded alone if none is (when excluded members hold the load, say)."""
+    bound = math.ceil(load_factor * (sum(loads.values()) + 1) / max(size, 1))
+    kept = [m for m in walk if loads.get(m.name, 0) + 1 <= bound]
+    return kept or [min(walk, key=lambda m: loads.get(m.name, 0))]

@@ -1,7 +1,5 @@
 import collections
 
-import pytest
-
 from kvpin import api
 from kvpin.router import keys, ring
 
@@ -14,7 +12,7 @@ KEYS = [keys.digest("k", str(i)) for i in range(20_000)]
 
 
 def owners(r: ring.EndpointRing) -> dict[str, str]:
-    return {k: r.pick(k, {}, load_factor=1.25).member.name for k in KEYS}
+    return {k: next(r.walk(k)).name for k in KEYS}
 
 
 def test_two_rings_with_the_same_membership_agree() -> None:
@@ -44,16 +42,16 @@ def test_an_address_change_moves_no_key() -> None:
     assert owners(ring.EndpointRing(moved)) == before
 
 
-def test_a_member_over_its_bound_is_passed_over_in_ring_order() -> None:
+def test_members_over_the_bound_are_passed_over_in_ring_order() -> None:
     r = ring.EndpointRing(members(4))
-    key = KEYS[0]
-    walk = [m.name for m in r.walk(key)]
+    walk = list(r.walk(KEYS[0]))
+    names = [m.name for m in walk]
     # total load 8 -> bound ceil(1.25 * 9 / 4) = 3
-    loads = {walk[0]: 3, walk[1]: 3, walk[2]: 1, walk[3]: 1}
-    choice = r.pick(key, loads, load_factor=1.25)
-    assert choice.member.name == walk[2]
-    assert choice.primary.name == walk[0]
-    assert choice.spilled
+    loads = {names[0]: 3, names[1]: 3, names[2]: 1, names[3]: 1}
+    kept = ring.within_bound(walk, loads, load_factor=1.25, size=4)
+    assert [m.name for m in kept] == [names[2], names[3]]
+    # only excluded members are below it: the least loaded of the walk
+    assert ring.within_bound(walk[:2], loads, load_factor=1.25, size=4) == [walk[0]]
 
 
 def test_the_walk_is_uhashrings_range() -> None:
@@ -65,36 +63,13 @@ def test_the_walk_is_uhashrings_range() -> None:
 def test_bounded_loads_hold_for_a_single_hot_key() -> None:
     r = ring.EndpointRing(members(4))
     loads: dict[str, int] = {}
-    for _ in range(400):  # every request has the same key and none finishes
-        name = r.pick(KEYS[0], loads, load_factor=1.25).member.name
+    walk = list(r.walk(KEYS[0]))
+    for _ in range(400):  # every request has the same key, takes the first within bound
+        name = ring.within_bound(walk, loads, load_factor=1.25, size=4)[0].name
         loads[name] = loads.get(name, 0) + 1
-    walk = [m.name for m in r.walk(KEYS[0])]
     # each member fills up to the bound, ceil(1.25 x 400 / 4) = 125, in ring order
-    assert [loads.get(name, 0) for name in walk] == [125, 125, 125, 25]
+    assert [loads.get(m.name, 0) for m in walk] == [125, 125, 125, 25]
 
 
-def test_prefer_keeps_a_moved_conversation_within_bounds() -> None:
-    r = ring.EndpointRing(members(3))
-    walk = [m.name for m in r.walk(KEYS[1])]
-    assert r.pick(KEYS[1], {}, load_factor=1.25, prefer=walk[2]).member.name == walk[2]
-    heavy = {walk[2]: 10}
-    assert r.pick(KEYS[1], heavy, load_factor=1.25, prefer=walk[2]).member.name == walk[0]
-
-
-def test_excluded_members_are_skipped_and_an_empty_ring_raises() -> None:
-    r = ring.EndpointRing(members(2))
-    walk = [m.name for m in r.walk(KEYS[2])]
-    assert r.pick(KEYS[2], {}, load_factor=1.25, exclude={walk[0]}).member.name == walk[1]
-    with pytest.raises(ring.NoReadyMembersError):
-        r.pick(KEYS[2], {}, load_factor=1.25, exclude=set(walk))
-    with pytest.raises(ring.NoReadyMembersError):
-        ring.EndpointRing([]).pick(KEYS[2], {}, load_factor=1.25)
-
-
-def test_two_choices_take_the_less_loaded_of_the_first_two_within_bound() -> None:
-    r = ring.EndpointRing(members(4))
-    walk = [m.name for m in r.walk(KEYS[3])]
-    loads = {walk[0]: 1, walk[1]: 0}
-    assert r.pick(KEYS[3], loads, load_factor=4.0).member.name == walk[0]
-    assert r.pick(KEYS[3], loads, load_factor=4.0, choices=2).member.name == walk[1]
-    assert r.pick(KEYS[3], {}, load_factor=2.0, choices=2).member.name == walk[0]  # ties: first
+def test_an_empty_ring_walks_nowhere() -> None:
+    assert list(ring.EndpointRing([]).walk(KEYS[2])) == []
