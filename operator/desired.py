@@ -15,7 +15,6 @@ from kvpin import api
 from kvpin.operator import engines
 from kvpin.operator.spec import EndpointSpec
 
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 PORT_NAME = "http"
 # vLLM and SGLang load weights for minutes before /health answers; the startup probe gives
@@ -156,9 +155,10 @@ def _resources(spec: EndpointSpec) -> dict[str, Any]:
 
 
 def _node_affinity(spec: EndpointSpec) -> dict[str, Any] | None:
+    """Only what the spec asks for. The GPU limit alone already pins pods to nodes that
+    advertise the resource (`nvidia.com/gpu`, `amd.com/gpu`, ...), whatever labels a cluster's
+    feature discovery does or does not set."""
     expressions: list[dict[str, Any]] = []
-    if spec.gpu.count > 0:
-        expressions.append({"key": GPU_PRESENT_LABEL, "operator": "In", "values": ["true"]})
     if spec.gpu.product:
         expressions.append(
             {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": [spec.gpu.product]}

@@ -72,12 +72,17 @@ def pod_port(pod: Mapping[str, Any], default: int) -> int:
     return default
 
 
+def _host_port(ip: str, port: int) -> str:
+    """`ip:port`, an IPv6 address in brackets (RFC 3986), so `http://` + it is a URL."""
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
 def compute_ring(pods: Iterable[Mapping[str, Any]], *, default_port: int) -> api.Ring:
     """One member per Ready pod: its stable name and `ip:port`."""
     return api.Ring.of(
         api.RingMember(
             name=pod["metadata"]["name"],
-            address=f"{pod['status']['podIP']}:{pod_port(pod, default_port)}",
+            address=_host_port(pod["status"]["podIP"], pod_port(pod, default_port)),
         )
         for pod in pods
         if is_pod_ready(pod)

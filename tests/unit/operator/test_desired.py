@@ -61,7 +61,6 @@ def test_gpu_pods_are_pinned_tolerated_limited_and_annotated() -> None:
     assert "nodeName" not in pod
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
-        {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
         {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]},
     ]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
@@ -140,3 +139,12 @@ def test_a_spec_change_changes_the_pod_template() -> None:
     assert before["spec"]["template"] != after["spec"]["template"]
     scaled, _, _ = render(**gpu_endpoint(replicas=5))
     assert scaled["spec"]["template"] == before["spec"]["template"]
+
+
+def test_gpu_pods_need_no_feature_discovery_label_whatever_the_resource() -> None:
+    fields = gpu_endpoint()
+    fields["gpu"] = {"count": 1, "resourceName": "amd.com/gpu"}
+    sts, _, _ = render(**fields)
+    pod = sts["spec"]["template"]["spec"]
+    assert "affinity" not in pod  # the amd.com/gpu limit is what pins it
+    assert pod["containers"][0]["resources"]["limits"] == {"amd.com/gpu": 1}

@@ -122,3 +122,10 @@ def test_events_for_transitions() -> None:
     assert [(e.type, e.reason) for e in events] == [("Warning", status.EVENT_DEGRADED)]
     assert "InvalidSpec: bad" in events[0].message
     assert [e.reason for e in status.compute_events(degraded, settled)] == [status.EVENT_RECOVERED]
+
+
+def test_an_ipv6_pod_address_is_bracketed_so_the_router_can_use_it() -> None:
+    st = compute([factories.pod("ep-test-0", ip="fd00::5")], desired=1)
+    assert st["ring"]["members"] == [{"name": "ep-test-0", "address": "[fd00::5]:8000"}]
+    member = api.Ring.from_status(st["ring"]).members[0]
+    assert member.url == "http://[fd00::5]:8000"
