@@ -21,6 +21,13 @@ PORT_NAME = "http"
 # them up to 30 minutes without making the readiness probe slow to notice a sick pod.
 STARTUP_FAILURES = 180
 PROBE_PERIOD_SECONDS = 10
+# A busy engine answers /health slowly: a 1 s timeout would flap readiness (ring churn) or
+# restart it (its cache lost). Liveness gives up only after a minute of silence.
+READINESS_TIMEOUT_SECONDS = 5
+LIVENESS_TIMEOUT_SECONDS = 10
+# Requests given unless the spec sets them, so engine pods are Burstable, not BestEffort (the
+# first evicted under node pressure). GPU engines stage weights through host memory.
+DEFAULT_REQUESTS = {True: {"cpu": "2", "memory": "16Gi"}, False: {"cpu": "100m", "memory": "256Mi"}}
 
 
 def build_selector(name: str) -> dict[str, str]:
@@ -136,8 +143,18 @@ def _container(spec: EndpointSpec, runtime: engines.EngineRuntime) -> dict[str, 
             "periodSeconds": PROBE_PERIOD_SECONDS,
             "failureThreshold": STARTUP_FAILURES,
         },
-        "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 2},
-        "livenessProbe": {**probe, "periodSeconds": 15, "failureThreshold": 4},
+        "readinessProbe": {
+            **probe,
+            "periodSeconds": 5,
+            "failureThreshold": 2,
+            "timeoutSeconds": READINESS_TIMEOUT_SECONDS,
+        },
+        "livenessProbe": {
+            **probe,
+            "periodSeconds": 15,
+            "failureThreshold": 4,
+            "timeoutSeconds": LIVENESS_TIMEOUT_SECONDS,
+        },
     }
     if not runtime.command:
         del container["command"]  # custom images may rely on their entrypoint
@@ -148,6 +165,10 @@ def _container(spec: EndpointSpec, runtime: engines.EngineRuntime) -> dict[str, 
 
 def _resources(spec: EndpointSpec) -> dict[str, Any]:
     resources = {k: dict(v) for k, v in spec.pod.resources.items() if isinstance(v, Mapping)}
+    requests = resources.setdefault("requests", {})
+    for name, value in DEFAULT_REQUESTS[spec.gpu.count > 0].items():
+        limit = resources.get("limits", {}).get(name)
+        requests.setdefault(name, limit if limit is not None else value)  # never above a limit
     if spec.gpu.count > 0:
         # Extended resources are limits only; Kubernetes sets requests equal to them.
         resources.setdefault("limits", {})[spec.gpu.resource_name] = spec.gpu.count

@@ -105,7 +105,7 @@ def test_pod_overrides_reach_the_pod() -> None:
     (container,) = pod["containers"]
     assert {"name": "HF_HOME", "value": "/models"} in container["env"]
     assert container["resources"] == {
-        "requests": {"cpu": "4"},
+        "requests": {"cpu": "4", "memory": "64Gi"},  # as Kubernetes defaults it: the limit
         "limits": {"memory": "64Gi", "nvidia.com/gpu": 1},
     }
     assert container["volumeMounts"] == [{"name": "models", "mountPath": "/models"}]
@@ -148,3 +148,15 @@ def test_gpu_pods_need_no_feature_discovery_label_whatever_the_resource() -> Non
     pod = sts["spec"]["template"]["spec"]
     assert "affinity" not in pod  # the amd.com/gpu limit is what pins it
     assert pod["containers"][0]["resources"]["limits"] == {"amd.com/gpu": 1}
+
+
+def test_engine_pods_are_burstable_and_probes_tolerate_a_busy_engine() -> None:
+    sts, _, _ = render(**gpu_endpoint())
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["requests"] == {"cpu": "2", "memory": "16Gi"}
+    assert container["readinessProbe"]["timeoutSeconds"] == 5
+    assert container["livenessProbe"]["timeoutSeconds"] == 10
+    small = gpu_endpoint(pod={"resources": {"requests": {"cpu": "4"}, "limits": {"memory": "8Gi"}}})
+    sts, _, _ = render(**small)
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["requests"] == {"cpu": "4", "memory": "8Gi"}  # not above limit
