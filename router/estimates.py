@@ -47,7 +47,14 @@ class Estimates:
         return round(chars / self.chars_per_token.get(endpoint, CHARS_PER_TOKEN))
 
     def rate(self, endpoint: str, member: str, default: float) -> float:
-        return self.rates.get((endpoint, member), default)
+        """The member's measured prefill rate; for a member not measured yet, the mean of its
+        endpoint's measured members (a new member is presumed like its peers, neither faster,
+        which would draw every request to it, nor slower), else `default`."""
+        rate = self.rates.get((endpoint, member))
+        if rate is not None:
+            return rate
+        peers = [r for (e, _), r in self.rates.items() if e == endpoint]
+        return sum(peers) / len(peers) if peers else default
 
     def queued(
         self, endpoint: str, member: str, in_flight: int, engine: EngineLoad | None

@@ -30,6 +30,7 @@ from typing import Any
 
 MODES = ("prefix", "session", "endpoint")
 HEAD_CHARS = 65_536  # the most `prefix_chars` can be
+OPENING_CHARS = 8192  # of the first message, naming a conversation
 _SEP = "\x1f"
 
 
@@ -112,9 +113,22 @@ def session_of(headers: Mapping[str, str], user: str | None, header: str) -> str
 
 
 def opening(zones: Zones) -> str:
-    """A digest of the conversation's first non-system message."""
-    first = zones.history[0] if zones.history else ("", "")
-    return digest("conversation", *first)
+    """A digest of the conversation's first non-system message, its first OPENING_CHARS: the
+    same on every turn, also when a client sends a conversation as one growing message."""
+    role, text = zones.history[0] if zones.history else ("", "")
+    return digest("conversation", role, text[:OPENING_CHARS])
+
+
+def second_key(key: str) -> str:
+    """The key's second position on the ring: a popular key's conversations are split
+    between the owners of `key` and of `second_key(key)` (two independent hash positions, so a
+    member leaving moves only the conversations it owned, as with one)."""
+    return digest("second", key)
+
+
+def choice_of(conversation: str) -> int:
+    """Which of its key's two owners a conversation belongs to: 0 or 1, the same everywhere."""
+    return int(conversation[-1], 16) & 1
 
 
 def conversation_id(opening: str, session: str | None) -> str:
