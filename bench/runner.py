@@ -50,8 +50,10 @@ class BenchConfig:
     concurrency: int = 8
     prefix_chars: int = 2048
     """The kvpin router's `routing.prefixChars`."""
-    load_factor: float = 1.25
+    load_factor: float = 2.0
     """The kvpin router's `routing.loadFactor`."""
+    move_margin: float = 0.25
+    """The kvpin router's `routing.moveMargin`."""
     policies: tuple[str, ...] = DEFAULT_POLICIES
 
 
@@ -181,7 +183,11 @@ def _each_policy(
                 policy,
                 pools,
                 pathlib.Path(tmp),
-                routing={"prefixChars": config.prefix_chars, "loadFactor": config.load_factor},
+                routing={
+                    "prefixChars": config.prefix_chars,
+                    "loadFactor": config.load_factor,
+                    "moveMargin": config.move_margin,
+                },
             ) as target:
                 result = asyncio.run(drive(target, tick))
                 breaks = None

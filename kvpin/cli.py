@@ -344,6 +344,7 @@ def _add_workload_flags(
     add("--concurrency", type=int, default=b.concurrency, help="conversations at once")
     add("--prefix-chars", type=int, default=b.prefix_chars, help="kvpin routing.prefixChars")
     add("--load-factor", type=float, default=b.load_factor, help="kvpin routing.loadFactor")
+    add("--move-margin", type=float, default=b.move_margin, help="kvpin routing.moveMargin")
     add(
         "--policies",
         default=",".join(b.policies),
@@ -373,6 +374,7 @@ def _bench_config(args: argparse.Namespace) -> runner.BenchConfig:
         pods=args.pods, cache_blocks=blocks, prefill_tps=args.prefill_tps,
         decode_tps=args.decode_tps, time_scale=args.time_scale, concurrency=args.concurrency,
         prefix_chars=args.prefix_chars, load_factor=args.load_factor,
+        move_margin=args.move_margin,
         policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
     )  # fmt: skip
 

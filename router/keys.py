@@ -119,18 +119,6 @@ def opening(zones: Zones) -> str:
     return digest("conversation", role, text[:OPENING_CHARS])
 
 
-def second_key(key: str) -> str:
-    """The key's second position on the ring: a popular key's conversations are split
-    between the owners of `key` and of `second_key(key)` (two independent hash positions, so a
-    member leaving moves only the conversations it owned, as with one)."""
-    return digest("second", key)
-
-
-def choice_of(conversation: str) -> int:
-    """Which of its key's two owners a conversation belongs to: 0 or 1, the same everywhere."""
-    return int(conversation[-1], 16) & 1
-
-
 def conversation_id(opening: str, session: str | None) -> str:
     """A name for the conversation that stays the same across its turns.
 

@@ -4,16 +4,17 @@ Pure. For one request and each candidate member the router estimates the time to
 there: the prefill work already queued on the member plus the prefill of the tokens of this
 request that the member does not hold, over the member's prefill rate. Then:
 
-- The home is where the request's prefix is, as far as the router knows: the member holding
-  the longest prefix of it, else the conversation's natural home (the proxy names it: one of the
-  first members of the key's walk, picked by a hash of the conversation, the same on every
-  replica). The home stays the choice unless another member's estimate is lower by more than
-  the margin. The estimates already count the prefill a move recomputes; the margin prices what
-  they do not: the copy left behind (cache space the pool loses to duplication) and the
-  estimates' own error, which differs between router replicas (each sees its own requests).
-  So it is `margin` times the prefill at stake (what the move recomputes plus what the request
-  needs anyway), plus `margin_tokens`: a long conversation leaves its home only for a member far
-  ahead, a new one only for a member clearly less loaded.
+- A request with nothing cached anywhere (a new conversation with a new head) goes to the less
+  loaded of the first two members of its key's walk (ties: the first), so cache occupancy and
+  load stay even while the choice stays mostly a function of the key.
+- Otherwise the home (the member holding the longest prefix of the request, else the key's
+  ring owner) stays the choice unless another member's estimate is lower by more than the
+  margin. The estimates already count the prefill a move recomputes; the margin prices what
+  they do not: the copy left behind on the home (cache space the pool loses to duplication)
+  and the estimates' own error. So it is `margin` times the tokens the move would recompute,
+  plus `margin_tokens` of hysteresis: a long conversation leaves its home only for a member
+  far ahead, while a new conversation whose only cached part is a short shared head (system
+  prompt, tools) spreads as soon as the head's holders have work queued.
 - Ties break by walk order, so replicas with the same membership and the same loads agree.
 
 The estimates are guesses (router.holdings says why); nothing here is trusted beyond choosing.
@@ -32,7 +33,7 @@ class CostSettings:
     prefill_tokens_per_s: float = 10_000.0
     """A member's prefill rate until the router has measured it (routing.prefillTokensPerSecond)."""
     margin: float = 0.25
-    """Another member must be ahead by this fraction of the prefill at stake..."""
+    """Another member must be ahead by this fraction of the prefill a move recomputes..."""
     margin_tokens: int = 256
     """...plus this much prefill work (tokens), to move a request off its home."""
 
@@ -55,18 +56,20 @@ class Candidate:
 class Decision:
     member: str
     moved: bool  # left its home for a member ahead by more than the margin
+    fresh: bool  # nothing cached anywhere: placed among the first members of the walk
 
 
 def decide(
-    walk: Sequence[Candidate], home: str, prompt_tokens: int, settings: CostSettings
+    walk: Sequence[Candidate], home: str | None, prompt_tokens: int, settings: CostSettings
 ) -> Decision:
-    """The member for a request; `walk` in the key's ring order, never empty, `home` in it."""
+    """The member for a request; `walk` in the key's ring order, never empty."""
+    if not any(c.cached_tokens for c in walk):
+        first = min(walk[:2], key=lambda c: c.queued_tokens)  # min keeps the first of equals
+        return Decision(first.name, moved=False, fresh=True)
     stay = next((c for c in walk if c.name == home), walk[0])
-    best = min(walk, key=lambda c: c.ttft(prompt_tokens))  # min keeps the first of equals
-    at_stake = max(0, stay.cached_tokens - best.cached_tokens) + max(
-        0, prompt_tokens - stay.cached_tokens
-    )
-    margin = (settings.margin * at_stake + settings.margin_tokens) / stay.rate
+    best = min(walk, key=lambda c: c.ttft(prompt_tokens))
+    recomputed = max(0, stay.cached_tokens - best.cached_tokens)
+    margin = (settings.margin * recomputed + settings.margin_tokens) / stay.rate
     if best is not stay and best.ttft(prompt_tokens) < stay.ttft(prompt_tokens) - margin:
-        return Decision(best.name, moved=True)
-    return Decision(stay.name, moved=False)
+        return Decision(best.name, moved=True, fresh=False)
+    return Decision(stay.name, moved=False, fresh=False)

@@ -73,7 +73,6 @@ class Facts:
     """What placement needs of one request, sized in tokens."""
 
     key: str
-    conversation: str
     scope: bytes  # the cache salt: prompts with different salts share nothing
     chunks: bytes  # the prompt's chunk names (router.holdings)
     prompt_chars: int
@@ -254,8 +253,8 @@ class Proxy:
         tokens = self.estimates.tokens
         prompt = max(1, tokens(ep, summary.prompt_chars))
         facts = Facts(
-            key=key, conversation=conversation, scope=salt.encode("utf-8", "surrogatepass"),
-            chunks=summary.chunks, prompt_chars=summary.prompt_chars, prompt_tokens=prompt,
+            key=key, scope=salt.encode("utf-8", "surrogatepass"), chunks=summary.chunks,
+            prompt_chars=summary.prompt_chars, prompt_tokens=prompt,
             previous_tokens=0 if summary.messages <= 1 else max(
                 0, prompt - tokens(ep, summary.last_chars)),
         )  # fmt: skip
@@ -268,10 +267,9 @@ class Proxy:
 
         Candidates are the key's walk without tried and ejected members; members over the
         `loadFactor` cap are passed over unless all are. What each holds comes from
-        router.holdings (the prefix chunks this replica sent it). The home is the member
-        holding the longest prefix, else the conversation's natural home (`_natural_home`):
-        every replica sends a new conversation there, and presumes a later turn it has not
-        seen there too.
+        router.holdings: the conversation's home holds its previous prompt, members that
+        served its head hold the head, and a later turn of a conversation this replica has not
+        seen is presumed on its ring owner (where every replica sends it first).
         """
         ep, routing = endpoint.config.id, endpoint.config.routing
         now = time.monotonic()
@@ -287,15 +285,13 @@ class Proxy:
         )
         held = self._holdings(ep).held(facts.scope, facts.chunks)
         chars = {m: n * holdings.CHUNK_CHARS for m, n in held.items() if n}
-        natural = self._natural_home(endpoint, facts, exclude, capped)
-        longest = max(chars.values(), default=0)
-        holders = [natural, *(m.name for m in capped)] if longest else []
-        home = next((m for m in holders if chars.get(m) == longest), natural)
+        longest = max(chars.values(), default=0)  # home: the first of the walk holding it
+        home = next((m.name for m in walk if longest and chars.get(m.name) == longest), None)
 
         def cached(member: str) -> int:
             if member in chars:
                 return min(facts.prompt_tokens, self.estimates.tokens(ep, chars[member]))
-            if not longest and member == natural:  # an unseen later turn: its natural home
+            if home is None and member == walk[0].name:  # an unseen later turn: its ring owner
                 return facts.previous_tokens
             return 0
 
@@ -511,18 +507,6 @@ class Proxy:
                 ttft_s=(learn.first_token or time.monotonic()) - started,
             )  # fmt: skip
         self._holdings(ep).record(facts.scope, facts.chunks, member)
-
-    @staticmethod
-    def _natural_home(
-        endpoint: Endpoint, facts: Facts, exclude: set[str], capped: list[api.RingMember]
-    ) -> str:
-        """Where a conversation goes when nothing is known of it: the owner of its key or of
-        the key's second position (keys.choice_of), skipping excluded and capped members. The
-        same on every replica, and only the conversations of a member that leaves move."""
-        key = keys.second_key(facts.key) if keys.choice_of(facts.conversation) else facts.key
-        allowed = {m.name for m in capped}
-        walk = (m.name for m in endpoint.ring.walk(key) if m.name not in exclude)
-        return next((name for name in walk if name in allowed), capped[0].name)
 
     def _count(self, ep: str, attempt: int, placed: Placed) -> None:
         m = self.metrics

@@ -10,14 +10,11 @@ def c(name: str, queued: float = 0, cached: int = 0, rate: float = 10_000) -> Ca
     return Candidate(name, queued, cached, rate)
 
 
-def test_a_new_request_stays_home_unless_another_member_is_clearly_less_loaded() -> None:
-    # nothing cached: home (5000 + 4000) / 10k = 0.9 s, b 0.4 s; margin (0.25 x 4000 + 256)
-    # / 10k = 0.126 s -> b
-    walk = [c("home", queued=5000), c("b"), c("c", queued=100)]
-    assert placement.decide(walk, "home", 4000, S) == placement.Decision("b", True)
-    # home 0.45 s vs 0.4 s: within the margin -> home
-    walk = [c("home", queued=500), c("b"), c("c")]
-    assert placement.decide(walk, "home", 4000, S) == placement.Decision("home", False)
+def test_a_request_with_nothing_cached_takes_the_less_loaded_of_the_first_two() -> None:
+    walk = [c("a", queued=5000), c("b", queued=1000), c("c", queued=0)]
+    assert placement.decide(walk, None, 4000, S) == placement.Decision("b", False, True)
+    even = [c("a"), c("b"), c("c")]
+    assert placement.decide(even, None, 4000, S).member == "a"  # ties: walk order
 
 
 def test_a_warm_home_is_kept_against_a_small_imbalance() -> None:
@@ -29,31 +26,31 @@ def test_a_warm_home_is_kept_against_a_small_imbalance() -> None:
 
 def test_a_home_buried_in_work_loses_to_a_member_ahead_by_more_than_the_margin() -> None:
     # home (60000 + 1000) / 10k = 6.1 s; b 41000 / 10k = 4.1 s;
-    # margin (0.25 x (40000 recomputed + 1000) + 256) / 10k = 1.05 s: 4.1 < 6.1 - 1.05 -> move
+    # margin (0.25 x 40000 recomputed + 256) / 10k = 1.03 s: 4.1 < 6.1 - 1.03 -> move
     walk = [c("b"), c("home", queued=60_000, cached=40_000)]
-    assert placement.decide(walk, "home", 41_000, S) == placement.Decision("b", True)
-    # home (49000 + 1000) / 10k = 5.0 s: 4.1 > 5.0 - 1.05 -> stay
+    assert placement.decide(walk, "home", 41_000, S) == placement.Decision("b", True, False)
+    # home (49000 + 1000) / 10k = 5.0 s: 4.1 > 5.0 - 1.03 -> stay
     close = [c("b"), c("home", queued=49_000, cached=40_000)]
     assert placement.decide(close, "home", 41_000, S).member == "home"
 
 
 def test_a_short_shared_head_is_left_for_a_member_with_less_queued() -> None:
     # holder (1500 + 200) / 10k = 0.17 s; b 1500 / 10k = 0.15 s;
-    # margin (0.25 x (1300 + 200) + 256) / 10k = 0.063 s: 0.15 > 0.107 -> stay
+    # margin (0.25 x 1300 + 256) / 10k = 0.058 s: 0.15 > 0.112 -> stay
     walk = [c("holder", queued=1500, cached=1300), c("b")]
     assert placement.decide(walk, "holder", 1500, S).member == "holder"
-    # holder with 3000 queued: 0.32 s; 0.15 < 0.257 -> b
+    # holder with 3000 queued: 0.32 s; 0.15 < 0.26 -> b
     walk = [c("holder", queued=3000, cached=1300), c("b")]
     assert placement.decide(walk, "holder", 1500, S).member == "b"
 
 
 def test_a_move_between_members_holding_the_same_prefix_needs_only_the_hysteresis() -> None:
-    # owner (1000 + 2000) / 10k = 0.3 s, y (0 + 2000) / 10k = 0.2 s; nothing recomputed:
-    # margin (0.25 x 2000 + 256) / 10k = 0.0756 s -> y
-    walk = [c("owner", queued=1000, cached=3000), c("x"), c("y", cached=3000)]
-    assert placement.decide(walk, "owner", 5000, S) == placement.Decision("y", True)
+    # owner (500 + 2000) / 10k = 0.25 s, y (0 + 2000) / 10k = 0.2 s; nothing recomputed:
+    # margin 256 / 10k = 0.0256 s -> y
     walk = [c("owner", queued=500, cached=3000), c("x"), c("y", cached=3000)]
-    assert placement.decide(walk, "owner", 5000, S).member == "owner"
+    assert placement.decide(walk, None, 5000, S) == placement.Decision("y", True, False)
+    walk = [c("owner", queued=200, cached=3000), c("x"), c("y", cached=3000)]
+    assert placement.decide(walk, None, 5000, S).member == "owner"
 
 
 def test_rates_weigh_members_differently() -> None:
