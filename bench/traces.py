@@ -63,6 +63,14 @@ def parse(lines: Iterable[str], *, limit: int | None = None) -> list[TraceReques
     return sorted(out, key=lambda r: r.at_s)
 
 
+def window(requests: Sequence[TraceRequest], start: int) -> list[TraceRequest]:
+    """The requests from the `start`-th on, their times shifted to begin at 0 (a later stretch
+    of a trace, where conversations begun earlier come back, shares more than its opening)."""
+    kept = list(requests[start:])
+    origin = kept[0].at_s if kept else 0.0
+    return [dataclasses.replace(r, at_s=r.at_s - origin) for r in kept]
+
+
 def block_text(hash_id: int) -> str:
     """The 512 tokens of one block: 256 distinct words, each followed by a space."""
     return "".join(f"b{hash_id}w{j} " for j in range(BLOCK_TOKENS // 2))

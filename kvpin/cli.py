@@ -288,7 +288,8 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         "trace", help="replay a Mooncake-format trace open loop through each routing policy"
     )
     trace.add_argument("--trace", metavar="FILE", help="JSONL trace (default: a synthetic one)")
-    trace.add_argument("--limit", type=int, help="only the first N requests")
+    trace.add_argument("--start", type=int, default=0, help="skip the first N requests")
+    trace.add_argument("--limit", type=int, help="replay at most N requests")
     trace.add_argument("--speed", type=float, default=1.0, help="arrival time divisor")
     trace.add_argument("--burst", action="store_true", help="synthetic trace: bursty arrivals")
     _add_workload_flags(trace)
@@ -392,7 +393,8 @@ def _run_bench_trace(args: argparse.Namespace) -> None:
 
     if args.trace:
         with pathlib.Path(args.trace).open() as lines:
-            requests = traces.parse(lines, limit=args.limit)
+            limit = None if args.limit is None else args.start + args.limit
+            requests = traces.window(traces.parse(lines, limit=limit), args.start)
     else:
         requests = traces.synthetic(burst=args.burst, seed=args.seed)[: args.limit]
     config = _bench_config(args)

@@ -43,3 +43,8 @@ def test_synthetic_traces_round_trip_and_turns_extend_their_conversation() -> No
     bursty = traces.synthetic(conversations=30, turns=1, burst=True, seed=4)
     starts = sorted(r.at_s for r in bursty)
     assert starts[-1] - starts[0] > 1 and len({round(s) for s in starts}) < 15
+
+
+def test_a_window_of_a_trace_starts_at_zero() -> None:
+    trace = [traces.TraceRequest(t, 512, 1, (1,)) for t in (1.0, 2.5, 4.0)]
+    assert [r.at_s for r in traces.window(trace, 1)] == [0.0, 1.5]
