@@ -121,6 +121,14 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     parser.add_argument(
         "--metrics-auth", action="store_true", help="ask for a bearer token on /metrics too"
     )
+    parser.add_argument(
+        "--holdings-bytes", type=int, default=32 * 2**20,
+        help="memory per endpoint for the guesses of what each member holds",
+    )  # fmt: skip
+    parser.add_argument(
+        "--engine-metrics-interval", type=float, default=0.25,
+        help="seconds between reads of each member's /metrics (0: never)",
+    )  # fmt: skip
     _add_logging(parser)
     parser.set_defaults(run=_run_router)
 
@@ -154,6 +162,8 @@ def _run_router(args: argparse.Namespace) -> None:
         break_header=args.prefix_break_header,
         tokens=tokens,
         metrics_auth=args.metrics_auth,
+        holdings_bytes=args.holdings_bytes,
+        engine_metrics_interval=args.engine_metrics_interval,
     )
     membership = (
         kubernetes.KubernetesMembership(
