@@ -491,7 +491,8 @@ class Proxy:
         if seen is not None:
             m.of(m.prompt_tokens, ep).inc(seen.prompt_tokens)
             m.of(m.cached_tokens, ep).inc(seen.cached_tokens)
-        self._learn(ep, member.name, learn, seen, started)
+        if upstream.status < 300:  # an error answer says nothing of what the member holds
+            self._learn(ep, member.name, learn, seen, started)
         return response
 
     def _learn(
