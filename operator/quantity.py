@@ -25,7 +25,7 @@ class QuantityError(ValueError):
 
 
 def parse_bytes(quantity: str | int) -> int:
-    """Return the quantity as bytes, rounded up to a whole byte (as Kubernetes does)."""
+    """Return the quantity as bytes; a fraction of a byte is refused, not rounded."""
     if isinstance(quantity, int):
         if quantity < 0:
             raise QuantityError(f"quantity must not be negative: {quantity}")
@@ -45,7 +45,14 @@ def parse_bytes(quantity: str | int) -> int:
             value *= Decimal(10) ** int(suffix[1:])
     except InvalidOperation as err:
         raise QuantityError(f"not a quantity: {quantity!r}") from err
-    return int(value.to_integral_value(rounding="ROUND_CEILING"))
+    if value != value.to_integral_value():
+        # Kubernetes would round 100m (0.1 byte) up to one byte; for a memory size that is
+        # always a slip of the unit.
+        raise QuantityError(
+            f"{quantity!r} is {value.normalize():f} bytes, not a whole number of bytes "
+            "(did you mean Mi or M?)"
+        )
+    return int(value)
 
 
 def format_bytes(size: int) -> str:

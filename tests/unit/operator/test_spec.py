@@ -62,3 +62,8 @@ def test_reservation_within_several_gpus_is_accepted() -> None:
 def test_long_names_are_refused_before_statefulset_limits_bite() -> None:
     with pytest.raises(spec.SpecError, match="at most 52"):
         spec.parse(factories.endpoint("e" * 53))
+
+
+def test_a_reservation_of_a_fraction_of_a_byte_is_a_spec_error() -> None:
+    with pytest.raises(spec.SpecError, match=r"spec.vramReservation: '100m' is 0\.1 bytes"):
+        spec.parse(factories.endpoint(vramReservation="100m"))
