@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from kvpin import api
-from kvpin.router import keys, placement, ring
+from kvpin.router import estimates, keys, placement, ring
 
 BASELINES = ("random", "round-robin", "least-inflight")
 
@@ -115,7 +115,8 @@ class Oracle(Target):
         if not all("cached_tokens" in answer for answer in seen):
             return walk[0].name  # the engines refuse it (too long, say): they will say so again
         candidates = [
-            placement.Candidate(m.name, s["queued_prefill_tokens"] + 32 * s["running"],
+            placement.Candidate(m.name, s["queued_prefill_tokens"]
+                                + estimates.DECODE_TOKENS * s["running"],
                                 s["cached_tokens"], self.costs.prefill_tokens_per_s)
             for m, s in zip(walk, seen, strict=True)
         ]  # fmt: skip

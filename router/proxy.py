@@ -267,9 +267,10 @@ class Proxy:
 
         Candidates are the key's walk without tried and ejected members; members over the
         `loadFactor` cap are passed over unless all are. What each holds comes from
-        router.holdings: the conversation's home holds its previous prompt, members that
-        served its head hold the head, and a later turn of a conversation this replica has not
-        seen is presumed on its ring owner (where every replica sends it first).
+        router.holdings (the prefix chunks this replica sent it: a conversation's previous
+        turns, a shared system prompt); the home is the first member of the walk holding the
+        longest prefix. A later turn of a conversation this replica has not seen is presumed
+        on its ring owner, where every replica sends it first.
         """
         ep, routing = endpoint.config.id, endpoint.config.routing
         now = time.monotonic()
