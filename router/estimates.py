@@ -59,15 +59,23 @@ class Estimates:
     def queued(
         self, endpoint: str, member: str, in_flight: int, engine: EngineLoad | None
     ) -> float:
-        """Prefill work (tokens) ahead of a new request on `member`."""
+        """Prefill work (tokens) ahead of a new request on `member`.
+
+        This replica's own requests are known exactly (their pending prefill, and the rest
+        running). The engine's scrape adds what other replicas sent: its requests beyond the
+        ones this replica had there when it was read, so a scrape up to `max_age` old does not
+        count requests of this replica that have ended since.
+        """
         key = (endpoint, member)
         mine = self.waiting[key]
-        if engine is None:
-            others, running = 0.0, max(0, in_flight - mine)
-        else:  # what the engine waits on beyond this replica's own requests
-            others = max(0.0, engine.waiting - mine) * self.mean_uncached.get(endpoint, 1024.0)
-            running = engine.running
-        return self.pending[key] + others + DECODE_TOKENS * running
+        running = max(0, in_flight - mine)
+        others_waiting = 0.0
+        if engine is not None:
+            others = max(0.0, engine.waiting + engine.running - engine.mine)
+            others_waiting = min(others, max(0.0, engine.waiting - mine))
+            running += others - others_waiting
+        waiting_work = others_waiting * self.mean_uncached.get(endpoint, 1024.0)
+        return self.pending[key] + waiting_work + DECODE_TOKENS * running
 
     def sent(self, endpoint: str, member: str, uncached: float) -> None:
         key = (endpoint, member)

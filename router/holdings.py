@@ -84,20 +84,40 @@ class Holdings:
         out.update(dict.fromkeys(alive or (), len(names)))
         return out
 
-    def record(self, scope: bytes, chunks: bytes, member: str) -> None:
-        """`member` was sent a prompt with these chunks: it holds them now."""
+    def record(self, scope: bytes, chunks: bytes, member: str) -> list[bytes]:
+        """`member` is being sent a prompt with these chunks: it holds them from now on.
+
+        Recorded when the prompt is sent, not when the answer ends, so that a burst of
+        requests sharing a prefix follows the first one (the engine computes the prefix once
+        and the others queue behind it). Returns the names `member` did not hold before, for
+        `retract` if the engine refuses the request.
+        """
+        added = []
         for name in self._names(scope, chunks):
             members = self._chunks.get(name)
             if members is None:
                 self._chunks[name] = [member]
+                added.append(name)
             else:
                 if member in members:
                     members.remove(member)
+                else:
+                    added.append(name)
                 members.append(member)
                 del members[:-MAX_MEMBERS]
                 self._chunks.move_to_end(name)
         while len(self._chunks) > self.max_entries:
             self._chunks.popitem(last=False)
+        return added
+
+    def retract(self, names: Collection[bytes], member: str) -> None:
+        """The prompt `record` returned these names for never reached `member`'s cache."""
+        for name in names:
+            members = self._chunks.get(name)
+            if members is not None and member in members:
+                members.remove(member)
+                if not members:
+                    del self._chunks[name]
 
     def forget(self, members: Collection[str]) -> None:
         """Members that left hold nothing any more (a scan: membership changes are rare)."""

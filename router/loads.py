@@ -34,6 +34,7 @@ class EngineLoad:
     waiting: float
     running: float
     at: float  # monotonic time of the scrape
+    mine: int = 0  # this replica's own requests on the member when the scrape came back
 
 
 def parse(text: str, at: float) -> EngineLoad | None:
@@ -53,9 +54,12 @@ def parse(text: str, at: float) -> EngineLoad | None:
 class EngineLoads:
     """The last load read from each member URL."""
 
-    def __init__(self, urls: Callable[[], Iterable[str]], *, interval: float = 0.25,
-                 timeout: float = 0.2, max_age: float = 2.0) -> None:  # fmt: skip
-        self._urls = urls
+    def __init__(self, urls: Callable[[], Iterable[str]], mine: Callable[[str], int], *,
+                 interval: float = 0.25, timeout: float = 0.2,
+                 max_age: float = 2.0) -> None:  # fmt: skip
+        """`mine(url)`: this replica's requests in flight there, stamped on each scrape so a
+        stale scrape can be corrected by what this replica started and finished since."""
+        self._urls, self._mine = urls, mine
         self.interval, self.timeout, self.max_age = interval, timeout, max_age
         self._loads: dict[str, EngineLoad] = {}
         self._task: asyncio.Task[None] | None = None
@@ -83,7 +87,7 @@ class EngineLoads:
             return
         load = parse(text, time.monotonic())
         if load is not None:
-            self._loads[url] = load
+            self._loads[url] = dataclasses.replace(load, mine=self._mine(url))
 
     async def _follow(self, session: aiohttp.ClientSession) -> None:
         while True:

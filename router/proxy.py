@@ -151,7 +151,10 @@ class Proxy:
         self.outliers = Outliers(settings.outliers)
         self.holdings: dict[str, Holdings] = {}  # per endpoint
         self.estimates = Estimates()
-        self.engines = EngineLoads(self._member_urls, interval=settings.engine_metrics_interval)
+        self.engines = EngineLoads(
+            self._member_urls, self._mine_at, interval=settings.engine_metrics_interval
+        )
+        self._by_url: tuple[Mapping[str, Endpoint], dict[str, list[tuple[str, str]]]] = ({}, {})
         self.breaks = BreakDetector(settings.conversations)
         membership.listeners.append(self.forget)
 
@@ -179,8 +182,24 @@ class Proxy:
             table = self.holdings[ep] = Holdings(self.settings.holdings_bytes)
         return table
 
+    def _members_by_url(self) -> dict[str, list[tuple[str, str]]]:
+        """(endpoint, member) pairs behind each URL, rebuilt when membership changes."""
+        endpoints, index = self._by_url
+        if endpoints is not self.membership.endpoints:
+            endpoints, index = self.membership.endpoints, collections.defaultdict(list)
+            for ep, e in endpoints.items():
+                for m in e.config.members:
+                    index[m.url].append((ep, m.name))
+            self._by_url = endpoints, dict(index)
+        return index
+
     def _member_urls(self) -> set[str]:
-        return {m.url for e in self.membership.endpoints.values() for m in e.config.members}
+        return set(self._members_by_url())
+
+    def _mine_at(self, url: str) -> int:
+        """This replica's requests in flight to `url`."""
+        pairs = self._members_by_url().get(url, ())
+        return sum(self.loads.get(ep, {}).get(m, 0) for ep, m in pairs)
 
     # -- the request path ---------------------------------------------------------------------
 
@@ -356,7 +375,9 @@ class Proxy:
                 Prefill(self.estimates, ep, member.name, placed.uncached) as prefill,
             ):
                 try:
-                    upstream = await self._send(member, path, raw, upstream_headers)
+                    upstream = await self._send(
+                        ep, member, path, raw, upstream_headers=upstream_headers, facts=facts
+                    )
                 except (aiohttp.ClientError, TimeoutError) as err:
                     failure = f"{member.name}: {type(err).__name__}"
                     log.warning("%s: %s %s", ep, failure, err)
@@ -401,11 +422,31 @@ class Proxy:
         )
 
     async def _send(
-        self, member: api.RingMember, path: str, raw: bytes, upstream_headers: dict[str, str]
+        self,
+        ep: str,
+        member: api.RingMember,
+        path: str,
+        raw: bytes,
+        *,
+        upstream_headers: dict[str, str],
+        facts: Facts,
     ) -> aiohttp.ClientResponse:
+        """POST the request to `member`, recording in the placement index that it was sent
+        there (taken back if it fails or is refused: the prompt never reached that cache)."""
         assert self.session is not None
-        async with asyncio.timeout(self.settings.timeouts.first_byte):
-            return await self.session.post(member.url + path, data=raw, headers=upstream_headers)
+        index = self._holdings(ep)
+        recorded = index.record(facts.scope, facts.chunks, member.name)
+        try:
+            async with asyncio.timeout(self.settings.timeouts.first_byte):
+                upstream = await self.session.post(
+                    member.url + path, data=raw, headers=upstream_headers
+                )
+        except BaseException:
+            index.retract(recorded, member.name)
+            raise
+        if upstream.status >= 300:
+            index.retract(recorded, member.name)
+        return upstream
 
     async def _error_answer(self, upstream: aiohttp.ClientResponse) -> web.Response:
         """A member's 5xx answer, to relay if no other member does better.
@@ -492,14 +533,14 @@ class Proxy:
         if seen is not None:
             m.of(m.prompt_tokens, ep).inc(seen.prompt_tokens)
             m.of(m.cached_tokens, ep).inc(seen.cached_tokens)
-        if upstream.status < 300:  # an error answer says nothing of what the member holds
+        if upstream.status < 300:  # an error answer says nothing of a member's speed
             self._learn(ep, member.name, learn, seen, started)
         return response
 
     def _learn(
         self, ep: str, member: str, learn: Learning, seen: usage.Usage | None, started: float
     ) -> None:
-        """Remember where the conversation now lives; learn sizes and speed from the usage."""
+        """Learn sizes and speed from the usage."""
         facts, prompt = learn.facts, learn.facts.prompt_tokens
         if seen is not None and seen.prompt_tokens:
             prompt = seen.prompt_tokens
@@ -508,7 +549,6 @@ class Proxy:
                 uncached_tokens=prompt - seen.cached_tokens, alone=learn.placed.alone,
                 ttft_s=(learn.first_token or time.monotonic()) - started,
             )  # fmt: skip
-        self._holdings(ep).record(facts.scope, facts.chunks, member)
 
     def _count(self, ep: str, attempt: int, placed: Placed) -> None:
         m = self.metrics

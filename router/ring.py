@@ -68,11 +68,19 @@ class EndpointRing:
                     return
 
 
+MIN_BOUND = 2
+
+
 def within_bound(
     walk: Sequence[api.RingMember], loads: Mapping[str, int], *, load_factor: float, size: int
 ) -> list[api.RingMember]:
     """The members of `walk` whose in-flight load is within the bound, in walk order; the least
-    loaded alone if none is (when excluded members hold the load, say)."""
-    bound = math.ceil(load_factor * (sum(loads.values()) + 1) / max(size, 1))
+    loaded alone if none is (when excluded members hold the load, say).
+
+    The bound is never below MIN_BOUND: two requests in flight on one member are no skew (an
+    engine batches dozens), and a tighter bound at low load would send a conversation's
+    overlapping turns away from the member holding its prefix.
+    """
+    bound = max(MIN_BOUND, math.ceil(load_factor * (sum(loads.values()) + 1) / max(size, 1)))
     kept = [m for m in walk if loads.get(m.name, 0) + 1 <= bound]
     return kept or [min(walk, key=lambda m: loads.get(m.name, 0))]

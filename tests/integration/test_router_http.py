@@ -370,3 +370,51 @@ async def test_a_member_that_never_answers_times_out_with_504(
             assert r.status == 504
             assert (await r.json())["error"]["code"] == "upstream_timeout"
         assert time.monotonic() - started < 2
+
+
+async def test_a_turn_sent_while_the_previous_one_streams_finds_its_home(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    # Open-loop clients (and trace replays) send a conversation's next prompt before the
+    # previous answer has ended. Its prefix was sent to a member when the previous turn was:
+    # the router knows where it is from that moment, not only once the answer is complete.
+    slow = replace_timing(decode_tokens_per_s=20)
+    router = await start_router(endpoint("ep-a", await pool(start_sim, 4, timing=slow)))
+    async with aiohttp.ClientSession() as session:
+        for c in range(6):
+            text = f"document {c}: " + LONG_SYSTEM * 4  # several chunks of the placement index
+            body = {"model": "ep-a", "max_tokens": 8, "stream": True,
+                    "messages": [{"role": "user", "content": text}]}  # fmt: skip
+            async with session.post(f"{router}/v1/chat/completions", json=body) as first:
+                await first.content.readany()  # its prefill is done; it is still decoding
+                member, _ = await chat(
+                    session, router, [{"role": "user", "content": text + " And then?"}]
+                )
+                assert member == first.headers["X-Kvpin-Member"]
+                await first.read()
+
+
+async def test_a_prompt_is_known_where_it_was_sent_before_its_answer_ends(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    # Conversations keyed by session share one long system prompt. While the first one's
+    # answer still streams, the others find that prompt on its member (the index records a
+    # prompt when it is sent) and go there, instead of each being placed as if nothing were
+    # cached anywhere.
+    slow = replace_timing(decode_tokens_per_s=20)
+    router = await start_router(
+        endpoint("ep-a", await pool(start_sim, 4, timing=slow), key="session")
+    )
+    system = {"role": "system", "content": LONG_SYSTEM * 4}  # several chunks of the index
+    body = {"model": "ep-a", "max_tokens": 8, "stream": True,
+            "messages": [system, {"role": "user", "content": "first"}]}  # fmt: skip
+    async with aiohttp.ClientSession() as session:
+        url = f"{router}/v1/chat/completions"
+        async with session.post(url, json=body, headers={"X-Session-ID": "s-0"}) as first:
+            await first.content.readany()  # prefilled, still decoding
+            home = first.headers["X-Kvpin-Member"]
+            for i in range(1, 7):
+                session.headers["X-Session-ID"] = f"s-{i}"
+                question = {"role": "user", "content": f"question {i}"}
+                assert (await chat(session, router, [system, question]))[0] == home
+            await first.read()

@@ -16,8 +16,20 @@ def test_queued_work_counts_what_was_sent_until_its_first_token() -> None:
 def test_engine_load_adds_what_other_replicas_sent() -> None:
     e = estimates.Estimates()
     e.sent("ep", "a", 2000)  # mean uncached 2000; one of the engine's 3 waiting is ours
-    load = EngineLoad(waiting=3, running=1, at=0)
+    load = EngineLoad(waiting=3, running=1, at=0, mine=1)
     assert e.queued("ep", "a", 1, load) == 2000 + 2 * 2000 + estimates.DECODE_TOKENS
+
+
+def test_a_stale_scrape_does_not_count_this_replicas_ended_requests() -> None:
+    e = estimates.Estimates()
+    # read while two requests of ours ran there; both have ended since: nothing is queued
+    assert e.queued("ep", "a", 0, EngineLoad(waiting=0, running=2, at=0, mine=2)) == 0
+    # read while one of ours ran beside one of another replica's: that one still counts
+    load = EngineLoad(waiting=0, running=2, at=0, mine=1)
+    assert e.queued("ep", "a", 0, load) == estimates.DECODE_TOKENS
+    # ours sent since the scrape and still waiting are counted once, from what we know
+    e.sent("ep", "a", 500)
+    assert e.queued("ep", "a", 1, load) == 500 + estimates.DECODE_TOKENS
 
 
 def test_rates_and_chars_per_token_are_learned_from_usage() -> None:

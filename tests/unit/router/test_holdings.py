@@ -36,3 +36,16 @@ def test_the_table_is_bounded_and_departed_members_hold_nothing() -> None:
     h.forget({"pod-0"})
     assert h.held(b"", chunks("4" * (3 * C))) == {}
     assert h.held(b"", chunks("3" * (3 * C))) == {"pod-1": 3}
+
+
+def test_a_refused_prompt_is_taken_back_without_what_the_member_held_before() -> None:
+    h = holdings.Holdings()
+    head = chunks("x" * (2 * C))
+    h.record(b"", head, "pod-1")
+    h.record(b"", head, "pod-2")
+    longer = chunks("x" * (2 * C), "y" * (2 * C))
+    added = h.record(b"", longer, "pod-1")
+    assert h.held(b"", longer) == {"pod-1": 4, "pod-2": 2}
+    h.retract(added, "pod-1")  # the engine refused it: only the new chunks go
+    assert h.held(b"", longer) == {"pod-1": 2, "pod-2": 2}
+    assert len(h) == 2  # chunks nobody holds any more leave the table

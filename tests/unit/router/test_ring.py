@@ -73,3 +73,13 @@ def test_bounded_loads_hold_for_a_single_hot_key() -> None:
 
 def test_an_empty_ring_walks_nowhere() -> None:
     assert list(ring.EndpointRing([]).walk(KEYS[2])) == []
+
+
+def test_at_low_load_a_member_may_take_a_second_request() -> None:
+    r = ring.EndpointRing(members(4))
+    walk = list(r.walk(KEYS[0]))
+    # ceil(2.0 x 2 / 4) = 1 would pass over the only busy member; the floor keeps it
+    loads = {walk[0].name: 1}
+    assert ring.within_bound(walk, loads, load_factor=2.0, size=4)[0] == walk[0]
+    loads = {walk[0].name: 2}
+    assert ring.within_bound(walk, loads, load_factor=2.0, size=4)[0] == walk[1]
