@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from kvpin.router import breaks, holdings, keys
+from kvpin.router import breaks, holdings, keys, warmup
 
 
 class BodyError(ValueError):
@@ -85,6 +85,7 @@ class Summary:
     last_chars: int  # characters of the last message: what this turn added
     chunks: bytes  # holdings.chunk_names: the prompt's prefix chunks, named
     messages: int  # history messages (0 or 1: a conversation's first turn)
+    shared_head: bytes  # warmup.head_of: leading system messages and tools, to warm new members
 
 
 def _check_depth(doc: Any, limit: int) -> None:
@@ -97,7 +98,7 @@ def _check_depth(doc: Any, limit: int) -> None:
         stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
 
 
-def _check_messages(messages: Any, limits: Limits) -> None:
+def check_messages(messages: Any, limits: Limits) -> None:
     if not isinstance(messages, list):
         raise BodyError("`messages` must be a list of message objects")
     if len(messages) > limits.max_messages:
@@ -128,7 +129,7 @@ def parse(raw: bytes, limits: Limits) -> dict[str, Any]:
     if raw.count(b"{") + raw.count(b"[") > limits.max_depth:  # else it cannot be too deep
         _check_depth(body, limits.max_depth)
     if "messages" in body:
-        _check_messages(body["messages"], limits)
+        check_messages(body["messages"], limits)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BodyError("`model` is required: the endpoint id, e.g. ep-support")
@@ -152,6 +153,7 @@ def summarize_body(body: Mapping[str, Any]) -> Summary:
         last_chars=len(zones.history[-1][1]) if zones.history else 0,
         chunks=holdings.chunk_names(zones),
         messages=len(zones.history),
+        shared_head=warmup.head_of(body),
     )
 
 

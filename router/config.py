@@ -17,6 +17,7 @@ from typing import Any
 from kvpin import api
 from kvpin.router import auth, bodies, keys, placement
 from kvpin.router.outliers import OutlierSettings
+from kvpin.router.warmup import WarmupConfig, head_of
 
 CACHE_SALTS = ("none", "tenant")
 INFERENCE_ROUTES = (
@@ -52,6 +53,11 @@ class RoutingConfig:
     move_margin: float = 0.25
     """A request leaves the member holding its prefix only for one whose estimated TTFT is
     lower by this fraction of the prefill the move recomputes (router.placement)."""
+    keep_homes: bool = True
+    """On a membership change a conversation stays with the member holding its prefix; false:
+    every key follows the new ring (what the placement index knew is dropped)."""
+    warmup: WarmupConfig = dataclasses.field(default_factory=WarmupConfig)
+    """How a member that joins is warmed before it takes new keys (router.warmup)."""
 
     def costs(self) -> placement.CostSettings:
         return placement.CostSettings(self.prefill_tokens_per_s, self.move_margin)
@@ -162,8 +168,48 @@ def parse_routing(raw: Any, where: str) -> RoutingConfig:
             raise ConfigError(f"{where}: routing.{name} must be a number")
         if not math.isfinite(value) or value <= 0:
             raise ConfigError(f"{where}: routing.{name} must be a positive finite number")
+    keep_homes = raw.get("keepHomes", defaults.keep_homes)
+    if not isinstance(keep_homes, bool):
+        raise ConfigError(f"{where}: routing.keepHomes must be true or false")
     return RoutingConfig(key, float(load_factor), virtual_nodes, header, prefix_chars, salt,
-                         float(rate), float(margin))  # fmt: skip
+                         float(rate), float(margin), keep_homes,
+                         parse_warmup(raw.get("warmup"), where))  # fmt: skip
+
+
+def parse_warmup(raw: Any, where: str) -> WarmupConfig:
+    """`routing.warmup` -> WarmupConfig; each prompt must be a chat head the router can send."""
+    if raw is None:
+        return WarmupConfig()
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: routing.warmup must be a mapping")
+    defaults = WarmupConfig()
+    heads = raw.get("heads", defaults.heads)
+    concurrency = raw.get("concurrency", defaults.concurrency)
+    for name, value, least in (("heads", heads, 0), ("concurrency", concurrency, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"{where}: routing.warmup.{name} must be an integer >= {least}")
+    timeout = raw.get("timeoutSeconds", defaults.timeout_s)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise ConfigError(f"{where}: routing.warmup.timeoutSeconds must be a number")
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise ConfigError(f"{where}: routing.warmup.timeoutSeconds must be positive")
+    prompts = raw.get("prompts", [])
+    if not isinstance(prompts, list):
+        raise ConfigError(f"{where}: routing.warmup.prompts must be a list")
+    heads_out = []
+    for i, prompt in enumerate(prompts):
+        here = f"{where}: routing.warmup.prompts[{i}]"
+        if not isinstance(prompt, Mapping) or set(prompt) - {"messages", "tools"}:
+            raise ConfigError(f"{here} must be a mapping of `messages` and optionally `tools`")
+        try:
+            bodies.check_messages(prompt.get("messages"), bodies.Limits())
+        except bodies.BodyError as err:
+            raise ConfigError(f"{here}: {err}") from None
+        head = head_of(prompt)
+        if not head:
+            raise ConfigError(f"{here}: needs system messages or tools to warm")
+        heads_out.append(head)
+    return WarmupConfig(heads, float(timeout), concurrency, tuple(heads_out))
 
 
 def parse_member(raw: Any, where: str) -> api.RingMember:

@@ -39,6 +39,8 @@ class RouterMetrics:
     cached_tokens: Counter  # endpoint
     prefix_breaks: Counter  # endpoint, zone
     membership_errors: Counter  # source: failed reads of the membership
+    warmups: Counter  # endpoint, outcome: joining members warmed (router.warmup)
+    warmup_requests: Counter  # endpoint, outcome: the requests that warmed them
     _children: dict[tuple[Any, tuple[str, ...]], Any] = dataclasses.field(default_factory=dict)
 
     @property
@@ -103,5 +105,15 @@ def build_metrics() -> RouterMetrics:
             "membership_errors",
             "Failed reads of the membership (API errors, unusable files); the last good one stays.",
             ["source"],
+        ),
+        warmups=counter(
+            "warmups",
+            "Joining members warmed before taking new keys: warm, or timeout (joined anyway).",
+            ["endpoint", "outcome"],
+        ),
+        warmup_requests=counter(
+            "warmup_requests",
+            "Warm-up requests sent to joining members (never counted as user requests).",
+            ["endpoint", "outcome"],
         ),
     )

@@ -52,6 +52,7 @@ from kvpin.router import (
     placement,
     ring,
     usage,
+    warmup,
 )
 from kvpin.router.breaks import BreakDetector
 from kvpin.router.config import ProxySettings
@@ -156,6 +157,10 @@ class Proxy:
         )
         self._by_url: tuple[Mapping[str, Endpoint], dict[str, list[tuple[str, str]]]] = ({}, {})
         self.breaks = BreakDetector(settings.conversations)
+        self.heads: collections.defaultdict[str, warmup.HotHeads] = collections.defaultdict(
+            warmup.HotHeads
+        )
+        self.warmer = warmup.Warmer(metrics, self._warmed)
         membership.listeners.append(self.forget)
 
     async def start(self) -> None:
@@ -169,10 +174,12 @@ class Proxy:
         )
         self.parser.start()
         self.engines.start(self.session)
+        self.warmer.start(self.session)
 
     async def close(self) -> None:
         self.parser.close()
         await self.engines.stop()
+        await self.warmer.stop()
         if self.session:
             await self.session.close()
 
@@ -266,6 +273,7 @@ class Proxy:
         key = keys.routing_key(
             routing.key, ep, summary.head, session, prefix_chars=routing.prefix_chars, salt=salt
         )
+        self.heads[ep].seen(summary.shared_head, salt)
         broken = self.breaks.observe(f"{ep}/{conversation}", summary.turn)
         if broken:
             self.metrics.of(self.metrics.prefix_breaks, ep, broken).inc()
@@ -296,6 +304,9 @@ class Proxy:
         exclude = tried | self.outliers.ejected(ep, now)
         if len(exclude) >= len(endpoint.ring):  # all ejected: better to try them than refuse
             exclude = tried
+        warming = self.warmer.warming(ep)
+        if warming and len(exclude | warming) < len(endpoint.ring):  # else: cold beats nothing
+            exclude |= warming
         walk = [m for m in endpoint.ring.walk(facts.key) if m.name not in exclude]
         if not walk:
             raise ring.NoReadyMembersError
@@ -599,21 +610,50 @@ class Proxy:
         self.metrics.of(self.metrics.ejections, ep, member).inc()
 
     def forget(self, old: Mapping[str, Endpoint], new: Mapping[str, Endpoint]) -> None:
-        """Drop the state and metric series of endpoints and members that left."""
-        for ep, before in old.items():
-            after = new.get(ep)
-            gone = set(before.ring.members) - (set(after.ring.members) if after else set())
+        """Follow a membership change: drop the state and series of endpoints and members that
+        left; a member back at a new address (restarted) holds nothing; joining members are
+        warmed before they take new keys (router.warmup)."""
+        for ep in old.keys() | new.keys():
+            before, after = old.get(ep), new.get(ep)
+            joined, cold = warmup.joined(_addresses(before), _addresses(after))
+            for member in cold:
+                self.warmer.cancel(ep, member)
+            if before is not None:
+                self._drop(ep, cold, after)
             if after is None:
-                self.metrics.forget(ep)
-            idle = {m for m in gone if not self.loads.get(ep, {}).get(m)}
-            self.metrics.forget(ep, idle)
-            self.outliers.forget(ep, gone)
-            if ep in self.holdings:
-                self.holdings[ep].forget(gone)
-            if after is None:
-                self.holdings.pop(ep, None)
-            self.estimates.forget(ep, gone)
-            for member in idle:
-                self.loads.get(ep, {}).pop(member, None)
-            if after is None and not self.loads.get(ep):
-                self.loads.pop(ep, None)
+                self.heads.pop(ep, None)
+                continue
+            if (joined or cold) and not after.config.routing.keep_homes:
+                self.holdings.pop(ep, None)  # every key follows the new ring
+            if joined:
+                config = after.config.routing.warmup
+                heads = [(h, "") for h in config.prompts] + self.heads[ep].top(config.heads)
+                items = [warmup.warming(ep, h, s) for h, s in dict.fromkeys(heads)]
+                for name in joined:
+                    member = after.ring.members[name]
+                    self.warmer.warm(ep, name, member.url, items, config)
+
+    def _warmed(self, ep: str, member: str, item: warmup.Warming) -> None:
+        self._holdings(ep).record(item.scope, item.chunks, member)
+
+    def _drop(self, ep: str, cold: set[str], after: Endpoint | None) -> None:
+        """Forget what was known of members whose cache is gone (`cold`)."""
+        gone = cold - set(after.ring.members if after else ())
+        if after is None:
+            self.metrics.forget(ep)
+        idle = {m for m in gone if not self.loads.get(ep, {}).get(m)}
+        self.metrics.forget(ep, idle)
+        self.outliers.forget(ep, cold)
+        if after is None:
+            self.holdings.pop(ep, None)
+        elif ep in self.holdings:
+            self.holdings[ep].forget(cold)
+        self.estimates.forget(ep, cold)
+        for member in idle:
+            self.loads.get(ep, {}).pop(member, None)
+        if after is None and not self.loads.get(ep):
+            self.loads.pop(ep, None)
+
+
+def _addresses(endpoint: Endpoint | None) -> list[tuple[str, str]]:
+    return [(m.name, m.address) for m in endpoint.config.members] if endpoint else []
