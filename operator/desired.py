@@ -101,7 +101,9 @@ def build_pod_template(spec: EndpointSpec, *, sim_image: str) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
         "containers": [_container(spec, runtime)],
         "tolerations": _tolerations(spec),
-        "terminationGracePeriodSeconds": 30,
+        "terminationGracePeriodSeconds": (
+            spec.drain.leave_ring_seconds + spec.drain.grace_period_seconds
+        ),
         "enableServiceLinks": False,
     }
     affinity = _node_affinity(spec)
@@ -156,6 +158,10 @@ def _container(spec: EndpointSpec, runtime: engines.EngineRuntime) -> dict[str, 
             "timeoutSeconds": LIVENESS_TIMEOUT_SECONDS,
         },
     }
+    if spec.drain.leave_ring_seconds:
+        # Keep serving while the pod leaves the ring (the sleep action needs no shell in the
+        # image; Kubernetes 1.30+), so requests routed just before still find it listening.
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": spec.drain.leave_ring_seconds}}}
     if not runtime.command:
         del container["command"]  # custom images may rely on their entrypoint
     if spec.pod.volume_mounts:

@@ -22,6 +22,11 @@ DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_LOAD_FACTOR = 2.0  # a hard cap; the router places by cost (router.placement)
 DEFAULT_VIRTUAL_NODES = 160
 DEFAULT_SESSION_HEADER = "X-Session-ID"
+# The operator sees the pod's deletion, republishes status.ring and routers' watches follow:
+# about a second on a healthy control plane (tests/controlplane measures it); 10 s of margin.
+DEFAULT_LEAVE_RING_SECONDS = 10
+DEFAULT_GRACE_PERIOD_SECONDS = 180  # a long generation: 8k tokens at ~50 tokens/s
+MAX_DRAIN_SECONDS = 3600
 # StatefulSet pods are named "<name>-<ordinal>" and carry a "<name>-<hash>" revision label,
 # both limited to 63 characters, so the CachedEndpoint's name is capped lower.
 MAX_NAME_LENGTH = 52
@@ -81,6 +86,17 @@ class PodOverrides:
 
 
 @dataclasses.dataclass(frozen=True)
+class DrainSpec:
+    """How a pod leaves: out of the ring first, then its in-flight generations finish."""
+
+    leave_ring_seconds: int = DEFAULT_LEAVE_RING_SECONDS
+    """The pod keeps serving this long after it is told to stop (a preStop sleep), while the
+    operator takes it out of status.ring and routers follow; no new request reaches it after."""
+    grace_period_seconds: int = DEFAULT_GRACE_PERIOD_SECONDS
+    """Then the engine gets SIGTERM and this long to finish the generations in flight."""
+
+
+@dataclasses.dataclass(frozen=True)
 class EndpointSpec:
     """Everything the operator needs to render one CachedEndpoint's children."""
 
@@ -95,6 +111,7 @@ class EndpointSpec:
     gpu: GpuSpec
     routing: RoutingSpec
     pod: PodOverrides
+    drain: DrainSpec = DrainSpec()
 
 
 def parse(body: Mapping[str, Any]) -> EndpointSpec:
@@ -143,7 +160,18 @@ def parse(body: Mapping[str, Any]) -> EndpointSpec:
         gpu=gpu,
         routing=_routing(_mapping(spec.get("routing", {}), "spec.routing")),
         pod=_pod(_mapping(spec.get("pod", {}), "spec.pod")),
+        drain=_drain(_mapping(spec.get("drain", {}), "spec.drain")),
     )
+
+
+def _drain(raw: Mapping[str, Any]) -> DrainSpec:
+    leave = _int(raw.get("leaveRingSeconds", DEFAULT_LEAVE_RING_SECONDS),
+                 "spec.drain.leaveRingSeconds", minimum=0)  # fmt: skip
+    grace = _int(raw.get("gracePeriodSeconds", DEFAULT_GRACE_PERIOD_SECONDS),
+                 "spec.drain.gracePeriodSeconds", minimum=1)  # fmt: skip
+    if leave > MAX_DRAIN_SECONDS or grace > MAX_DRAIN_SECONDS:
+        raise SpecError(f"spec.drain: at most {MAX_DRAIN_SECONDS} seconds each")
+    return DrainSpec(leave, grace)
 
 
 def _engine(raw: Mapping[str, Any]) -> EngineSpec:

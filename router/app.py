@@ -129,6 +129,10 @@ RUNNER_OPTIONS = {
 }
 
 
+DRAIN_SECONDS = 3600.0  # on SIGTERM, streams in flight finish; Kubernetes' grace period rules
+
+
 def run(app: web.Application, *, host: str, port: int) -> None:
-    """Serve until interrupted."""
-    web.run_app(app, host=host, port=port, print=None, **RUNNER_OPTIONS)  # type: ignore[arg-type]
+    """Serve until interrupted; on SIGTERM stop accepting and let requests in flight finish."""
+    web.run_app(app, host=host, port=port, print=None, shutdown_timeout=DRAIN_SECONDS,
+                **RUNNER_OPTIONS)  # type: ignore[arg-type]  # fmt: skip

@@ -266,13 +266,17 @@ def make_app(config: SimConfig) -> web.Application:
     return app
 
 
+DRAIN_SECONDS = 3600.0
+
+
 def run(config: SimConfig, *, host: str, port: int) -> None:
-    """Serve until interrupted."""
+    """Serve until interrupted; on SIGTERM, like vLLM's server, stop accepting and finish the
+    requests in flight (Kubernetes' grace period bounds it)."""
     log.info(
         "kvpin sim serving %s on %s:%d: %d cache blocks of %d tokens",
         ", ".join(config.names), host, port, config.capacity_blocks, config.block_size,
     )  # fmt: skip
     web.run_app(
         make_app(config), host=host, port=port, print=None, handler_cancellation=True,
-        access_log=None,
+        access_log=None, shutdown_timeout=DRAIN_SECONDS,
     )  # fmt: skip

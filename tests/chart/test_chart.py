@@ -65,6 +65,9 @@ def test_defaults(render: Render) -> None:
     assert router["spec"]["replicas"] == 2
     assert container["args"][:2] == ["router", "--kubernetes"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # it leaves the Service before it stops, then lets streams in flight finish
+    assert container["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert router["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 185
 
 
 def test_every_pod_is_hardened(render: Render) -> None:
@@ -138,6 +141,7 @@ def test_autoscaling_and_auth_and_monitoring(render: Render) -> None:
         ("router.replicas=0", "/router/replicas': minimum"),
         ("image.pullPolicy=Sometimes", "pullPolicy"),
         ("router.replcas=3", "replcas"),
+        ("router.drain.gracePeriodSeconds=0", "gracePeriodSeconds"),
         ("operator.watchNamespaces={Not_A_Namespace}", "watchNamespaces"),
     ],
 )

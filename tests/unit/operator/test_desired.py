@@ -160,3 +160,15 @@ def test_engine_pods_are_burstable_and_probes_tolerate_a_busy_engine() -> None:
     sts, _, _ = render(**small)
     (container,) = sts["spec"]["template"]["spec"]["containers"]
     assert container["resources"]["requests"] == {"cpu": "4", "memory": "8Gi"}  # not above limit
+
+
+def test_a_pod_leaves_the_ring_before_it_stops_and_finishes_its_generations() -> None:
+    template = render()[0]["spec"]["template"]["spec"]
+    engine = template["containers"][0]
+    assert engine["lifecycle"] == {"preStop": {"sleep": {"seconds": 10}}}
+    assert template["terminationGracePeriodSeconds"] == 10 + 180
+    template = render(drain={"leaveRingSeconds": 0, "gracePeriodSeconds": 30})[0]["spec"][
+        "template"
+    ]["spec"]
+    assert "lifecycle" not in template["containers"][0]
+    assert template["terminationGracePeriodSeconds"] == 30
