@@ -30,6 +30,8 @@ class Replay:
     records: list[Record] = dataclasses.field(default_factory=list)
     bodies: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     makespan_s: float = 0.0
+    changes: list[float] = dataclasses.field(default_factory=list)
+    """When the pool changed (monotonic), in a lifecycle scenario (bench.scenarios)."""
 
 
 async def _send(

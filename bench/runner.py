@@ -15,14 +15,29 @@ import re
 import tempfile
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
+import aiohttp
 import yaml
 
-from kvpin.bench import processes, replay, router_throughput, scoring, targets, traces, workloads
+from kvpin.bench import (
+    processes,
+    replay,
+    router_throughput,
+    scenarios,
+    scoring,
+    targets,
+    traces,
+    workloads,
+)
 from kvpin.router import placement
 
-KVPIN_POLICIES = ("kvpin", "kvpin-session", "kvpin-endpoint", "kvpin-x3")
+KVPIN_POLICIES = ("kvpin", "kvpin-session", "kvpin-endpoint", "kvpin-x3", "kvpin-bare",
+                  "kvpin-static")  # fmt: skip
+# kvpin with the features that keep caches through pool changes turned off
+BARE_ROUTING = {"keepHomes": False, "warmup": {"heads": 0}}
+STATIC = "kvpin-static"  # in a lifecycle scenario: kvpin on the whole pool, which never changes
 REPLICAS = {"kvpin-x3": 3}  # router replicas behind a round-robin client
 PEER_POLICIES = (
     "sglang-router:cache_aware", "sglang-router:round_robin",
@@ -31,6 +46,7 @@ PEER_POLICIES = (
 DEFAULT_POLICIES = ("kvpin", "random", "round-robin", "least-inflight")
 _SUCCESS = re.compile(r"^vllm:request_success_total\{[^}]*\} ([\d.e+]+)$", re.MULTILINE)
 _BREAKS = re.compile(r"^kvpin_router_prefix_breaks_total\{[^}]*\} ([\d.e+]+)$", re.MULTILINE)
+_RING_CHANGES = re.compile(r"^kvpin_router_ring_changes_total\{[^}]*\} ([\d.e+]+)$", re.MULTILINE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +71,8 @@ class BenchConfig:
     move_margin: float = 0.25
     """The kvpin router's `routing.moveMargin`."""
     policies: tuple[str, ...] = DEFAULT_POLICIES
+    scenario: str | None = None
+    """A lifecycle scenario (bench.scenarios): the pool changes during each policy's run."""
 
 
 def available_policies(policies: Sequence[str]) -> list[str]:
@@ -73,6 +91,10 @@ def _scrape_sum(url: str, pattern: re.Pattern[str]) -> int:
         return int(sum(float(v) for v in pattern.findall(r.read().decode())))
 
 
+def _ring_changes(routers: Sequence[str]) -> list[int]:
+    return [_scrape_sum(r, _RING_CHANGES) for r in routers]
+
+
 def _requests_served(url: str) -> int:
     return _scrape_sum(url, _SUCCESS)
 
@@ -88,7 +110,7 @@ def _pools(config: BenchConfig, endpoints: Sequence[str]) -> Iterator[dict[str, 
     with contextlib.ExitStack() as stack:
         pools: dict[str, list[str]] = {}
         for endpoint in endpoints:
-            for _ in range(config.pods):
+            for _ in range(config.pods + (1 if config.scenario else 0)):  # a restart's spare
                 port = processes.free_port()
                 url = f"http://127.0.0.1:{port}"
                 command = [
@@ -104,35 +126,81 @@ def _pools(config: BenchConfig, endpoints: Sequence[str]) -> Iterator[dict[str, 
         yield pools
 
 
+def _members(urls: Sequence[str], config: BenchConfig, policy: str) -> dict[str, str]:
+    """An endpoint's pool at the start of a policy's run: pod name -> URL."""
+    if config.scenario and policy != STATIC:
+        return scenarios.members_after(urls, 0)
+    return {f"pod-{i}": url for i, url in enumerate(urls[: config.pods])}
+
+
 @contextlib.contextmanager
 def _target(
-    policy: str, pools: dict[str, list[str]], tmp: pathlib.Path, *, routing: dict[str, float]
+    policy: str, pools: dict[str, dict[str, str]], tmp: pathlib.Path, *, routing: dict[str, Any]
 ) -> Iterator[targets.Target]:
+    """The target of `policy` in front of `pools` (endpoint -> pod name -> URL)."""
+    urls = {ep: list(members.values()) for ep, members in pools.items()}
     if policy in targets.BASELINES:
-        yield targets.Baseline(policy, pools)
+        yield targets.Baseline(policy, urls)
         return
     if policy == "oracle":
-        yield targets.Oracle(pools, costs=placement.CostSettings(),
+        yield targets.Oracle(urls, costs=placement.CostSettings(),
                              prefix_chars=int(routing["prefixChars"]))  # fmt: skip
         return
     if policy in KVPIN_POLICIES:
-        key = policy.partition("-")[2] if policy in ("kvpin-session", "kvpin-endpoint") else ""
-        config = tmp / f"{policy}.yaml"
-        config.write_text(yaml.safe_dump({"endpoints": {
-            ep: {"members": urls, "routing": {"key": key or "prefix", **routing}}
-            for ep, urls in pools.items()}}))  # fmt: skip
-        with contextlib.ExitStack() as stack:
-            urls = []
-            for _ in range(REPLICAS.get(policy, 1)):
-                port = processes.free_port()
-                urls.append(f"http://127.0.0.1:{port}")
-                stack.enter_context(processes.running(
-                    [*processes.kvpin_command(), "router", "--config", str(config), "--host",
-                     "127.0.0.1", "--port", str(port), "--log-level", "WARNING"],
-                    health_url=f"{urls[-1]}/readyz",
-                ))  # fmt: skip
-            yield targets.Routed(dict.fromkeys(pools, urls))
+        with _kvpin(policy, pools, tmp / f"{policy}.yaml", routing=routing) as target:
+            yield target
         return
+    with _peer(policy, pools) as target:
+        yield target
+
+
+@contextlib.contextmanager
+def _kvpin(
+    policy: str, pools: dict[str, dict[str, str]], config: pathlib.Path, *, routing: dict[str, Any]
+) -> Iterator[targets.Target]:
+    """kvpin router replicas on a static file, which `reconfigure` rewrites."""
+    key = policy.partition("-")[2] if policy in ("kvpin-session", "kvpin-endpoint") else ""
+    routing = {
+        **routing,
+        "key": key or "prefix",
+        **(BARE_ROUTING if policy == "kvpin-bare" else {}),
+    }
+
+    def write(pools: dict[str, dict[str, str]]) -> None:
+        doc = {"endpoints": {ep: {"routing": routing, "members": [
+            {"name": name, "url": url} for name, url in members.items()]}
+            for ep, members in pools.items()}}  # fmt: skip
+        config.with_suffix(".new").write_text(yaml.safe_dump(doc))
+        config.with_suffix(".new").replace(config)  # atomic: the router never reads half
+
+    write(pools)
+    with contextlib.ExitStack() as stack:
+        routers = []
+        for _ in range(REPLICAS.get(policy, 1)):
+            port = processes.free_port()
+            routers.append(f"http://127.0.0.1:{port}")
+            stack.enter_context(processes.running(
+                [*processes.kvpin_command(), "router", "--config", str(config), "--host",
+                 "127.0.0.1", "--port", str(port), "--log-level", "WARNING"],
+                health_url=f"{routers[-1]}/readyz",
+            ))  # fmt: skip
+
+        async def reconfigure(endpoint: str, members: Mapping[str, str]) -> None:
+            changes = await asyncio.to_thread(_ring_changes, routers)
+            pools[endpoint] = dict(members)
+            write(pools)
+            while True:  # every router polls the file every second
+                now = await asyncio.to_thread(_ring_changes, routers)
+                if all(a != b for a, b in zip(now, changes, strict=True)):
+                    return
+                await asyncio.sleep(0.05)
+
+        yield targets.Routed(dict.fromkeys(pools, routers), reconfigure=reconfigure)
+
+
+@contextlib.contextmanager
+def _peer(policy: str, pools: dict[str, dict[str, str]]) -> Iterator[targets.Target]:
+    """A peer router per endpoint; sglang-router's pool changes through its worker API."""
     name, _, peer_policy = policy.partition(":")
     executable = router_throughput.find_peer(name)
     if executable is None:
@@ -145,15 +213,42 @@ def _target(
                        "--host", "127.0.0.1", "--port", str(port), "--policy", peer_policy,
                        "--prometheus-port", str(processes.free_port()),
                        "--log-level", "warn" if name == "sglang-router" else "warning",
-                       "--worker-urls", *members]  # fmt: skip
+                       "--worker-urls", *members.values()]  # fmt: skip
             stack.enter_context(
                 processes.running(command, health_url=f"http://127.0.0.1:{port}/health")
             )
             urls[endpoint] = f"http://127.0.0.1:{port}"
-        yield targets.Routed(urls)
+
+        async def reconfigure(endpoint: str, members: Mapping[str, str]) -> None:
+            await _peer_workers(name, urls[endpoint], set(members.values()))
+
+        yield targets.Routed(urls, reconfigure=reconfigure)
 
 
-Drive = Callable[[targets.Target, Callable[[int], None]], Awaitable[replay.Replay]]
+async def _peer_workers(name: str, router: str, wanted: set[str]) -> None:
+    """Make a peer router's workers `wanted`: POST /workers to add (both peers), then
+    DELETE /workers/{id} (sglang-router) or POST /remove_worker?url= (vllm-router)."""
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{router}/workers") as r:
+            workers = {w["url"]: w.get("id") for w in (await r.json())["workers"]}
+        for url in wanted - workers.keys():
+            async with session.post(f"{router}/workers", json={"url": url}) as r:
+                r.raise_for_status()
+        for url in workers.keys() - wanted:
+            if name == "sglang-router":
+                remove = session.delete(f"{router}/workers/{workers[url]}")
+            else:
+                remove = session.post(f"{router}/remove_worker", params={"url": url})
+            async with remove as r:
+                r.raise_for_status()
+        while True:  # sglang-router queues the changes: wait until they are done
+            async with session.get(f"{router}/workers") as r:
+                if {w["url"] for w in (await r.json())["workers"]} == wanted:
+                    return
+            await asyncio.sleep(0.05)
+
+
+Drive = Callable[[str, targets.Target, Callable[[int], None]], Awaitable[replay.Replay]]
 
 
 def _each_policy(
@@ -164,9 +259,10 @@ def _each_policy(
     total: int,
     bound: Callable[[replay.Replay], tuple[int, int]],
     progress: Callable[[str, int, int], None],
-) -> list[scoring.Summary]:
-    """Drive the same load through every policy in front of the same pools; the summaries."""
-    summaries = []
+) -> list[tuple[scoring.Summary, replay.Replay]]:
+    """Drive the same load through every policy in front of the same pools; the summaries
+    and the replays."""
+    out = []
     with _pools(config, endpoints) as pools, tempfile.TemporaryDirectory() as tmp:
         for policy in available_policies(config.policies):
             for url in (u for urls in pools.values() for u in urls):
@@ -179,37 +275,81 @@ def _each_policy(
                 done += n
                 progress(policy, done, total)
 
-            with _target(
-                policy,
-                pools,
-                pathlib.Path(tmp),
-                routing={
-                    "prefixChars": config.prefix_chars,
-                    "loadFactor": config.load_factor,
-                    "moveMargin": config.move_margin,
-                },
-            ) as target:
-                result = asyncio.run(drive(target, tick))
+            members = {ep: _members(urls, config, policy) for ep, urls in pools.items()}
+            routing = {"prefixChars": config.prefix_chars, "loadFactor": config.load_factor,
+                       "moveMargin": config.move_margin}  # fmt: skip
+            driven = _with_scenario(drive, pools, total) if config.scenario else drive
+            with _target(policy, members, pathlib.Path(tmp), routing=routing) as target:
+                result = asyncio.run(driven(policy, target, tick))
                 breaks = None
                 if policy in KVPIN_POLICIES and isinstance(target, targets.Routed):
                     routers = {u for urls in target.urls.values() for u in urls}
                     breaks = sum(_scrape_sum(u, _BREAKS) for u in routers)
             per_pod = {u: _requests_served(u) - before[u] for u in before}
-            summaries.append(scoring.summarize(
+            out.append((scoring.summarize(
                 policy, result.records, bound=bound(result), makespan_s=result.makespan_s,
                 per_pod=per_pod, prefix_breaks=breaks,
-            ))  # fmt: skip
+            ), result))  # fmt: skip
             time.sleep(0.2)
-    return summaries
+    return out
+
+
+def _with_scenario(drive: Drive, pools: Mapping[str, Sequence[str]], total: int) -> Drive:
+    """`drive`, with the pool changed at the scenario's points (except for kvpin-static);
+    the times of the changes go to the replay's `changes`."""
+
+    async def changed(
+        policy: str, target: targets.Target, tick: Callable[[int], None]
+    ) -> replay.Replay:
+        if policy == STATIC:
+            return await drive(policy, target, tick)
+        answered = scenarios.Answered()
+
+        def both(n: int) -> None:
+            tick(n)
+            answered.tick(n)
+
+        times: list[float] = []
+        follow = asyncio.create_task(
+            scenarios.follow(target, pools, answered=answered, total=total, times=times)
+        )
+        try:
+            result = await drive(policy, target, both)
+        finally:
+            follow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follow
+        result.changes = times
+        return result
+
+    return changed
 
 
 def run(
     config: BenchConfig, *, progress: Callable[[str, int, int], None] = lambda p, d, t: None
 ) -> list[scoring.Summary]:
     """Run every policy on the closed-loop agent workload; their summaries in order."""
+    return [summary for summary, _ in _run_workload(config, progress)]
+
+
+def run_scenario(
+    config: BenchConfig, *, progress: Callable[[str, int, int], None] = lambda p, d, t: None
+) -> list[tuple[scoring.Summary, list[scenarios.PhaseFigures]]]:
+    """The workload with the pool changing (`config.scenario`); figures per phase too."""
+    return [
+        (summary, [scenarios.figures(p) for p in scenarios.phases(result.records, result.changes)])
+        for summary, result in _run_workload(config, progress)
+    ]
+
+
+def _run_workload(
+    config: BenchConfig, progress: Callable[[str, int, int], None]
+) -> list[tuple[scoring.Summary, replay.Replay]]:
     workload = workloads.generate(config.workload)
 
-    def drive(target: targets.Target, tick: Callable[[int], None]) -> Awaitable[replay.Replay]:
+    def drive(
+        _: str, target: targets.Target, tick: Callable[[int], None]
+    ) -> Awaitable[replay.Replay]:
         return replay.replay(workload, target, concurrency=config.concurrency, progress=tick)
 
     return _each_policy(
@@ -230,7 +370,9 @@ def run_trace(
     endpoint = "ep-trace"
     bounds: list[tuple[int, int]] = []  # the same requests every time: computed once
 
-    def drive(target: targets.Target, tick: Callable[[int], None]) -> Awaitable[replay.Replay]:
+    def drive(
+        _: str, target: targets.Target, tick: Callable[[int], None]
+    ) -> Awaitable[replay.Replay]:
         return replay.replay_trace(requests, endpoint, target, speed=speed, progress=tick)
 
     def bound(result: replay.Replay) -> tuple[int, int]:
@@ -238,6 +380,6 @@ def run_trace(
             bounds.append(scoring.infinite_cache_hits(result.bodies))
         return bounds[0]
 
-    return _each_policy(
+    return [summary for summary, _ in _each_policy(
         config, [endpoint], drive, total=len(requests), bound=bound, progress=progress
-    )
+    )]  # fmt: skip

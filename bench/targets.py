@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -38,20 +38,37 @@ class Target:
     def done(self, url: str) -> None:
         """The request sent to `url` finished."""
 
+    async def reconfigure(self, endpoint: str, members: Mapping[str, str]) -> None:
+        """The endpoint's pool is now `members` (pod name -> URL): a lifecycle scenario."""
+        raise NotImplementedError(f"{type(self).__name__} cannot change its pool")
+
     async def close(self) -> None:
         """Release what `choose` opened."""
+
+
+Reconfigure = Callable[[str, Mapping[str, str]], Awaitable[None]]
 
 
 class Routed(Target):
     """Every request to a router: one or several replicas per endpoint, taken in turn (as a
     Service's round robin would spread clients over router pods)."""
 
-    def __init__(self, urls: Mapping[str, str | Sequence[str]]) -> None:
+    def __init__(
+        self, urls: Mapping[str, str | Sequence[str]], *, reconfigure: Reconfigure | None = None
+    ) -> None:
+        """`reconfigure` tells the routers of a new pool (how depends on the router)."""
         self.urls = {ep: [u] if isinstance(u, str) else list(u) for ep, u in urls.items()}
         self._turns = {ep: itertools.cycle(u) for ep, u in self.urls.items()}
+        self._reconfigure = reconfigure
 
     def pick(self, endpoint: str) -> str:
         return next(self._turns[endpoint])
+
+    async def reconfigure(self, endpoint: str, members: Mapping[str, str]) -> None:
+        if self._reconfigure is None:
+            await super().reconfigure(endpoint, members)
+        else:
+            await self._reconfigure(endpoint, members)
 
 
 class Baseline(Target):
@@ -83,6 +100,12 @@ class Baseline(Target):
         if url in self.in_flight:
             self.in_flight[url] -= 1
 
+    async def reconfigure(self, endpoint: str, members: Mapping[str, str]) -> None:
+        self.pools[endpoint] = list(members.values())
+        self.cycles[endpoint] = itertools.cycle(self.pools[endpoint])
+        for url in self.pools[endpoint]:
+            self.in_flight.setdefault(url, 0)
+
 
 class Oracle(Target):
     """kvpin's cost rule on exact cache contents and queues, asked of every simulator."""
@@ -91,10 +114,7 @@ class Oracle(Target):
         self, pools: Mapping[str, Sequence[str]], *, costs: placement.CostSettings,
         prefix_chars: int,
     ) -> None:  # fmt: skip
-        self.rings = {
-            ep: ring.EndpointRing([api.RingMember(u, u.removeprefix("http://")) for u in urls])
-            for ep, urls in pools.items()
-        }
+        self.rings = {ep: _ring(urls) for ep, urls in pools.items()}
         self.costs = costs
         self.prefix_chars = prefix_chars
         self._session: aiohttp.ClientSession | None = None
@@ -127,6 +147,14 @@ class Oracle(Target):
     def pick(self, endpoint: str) -> str:
         raise TypeError("the oracle needs the request: use choose()")
 
+    async def reconfigure(self, endpoint: str, members: Mapping[str, str]) -> None:
+        self.rings[endpoint] = _ring(members.values())
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def _ring(urls: Iterable[str]) -> ring.EndpointRing:
+    """The oracle's ring: members named by URL (it asks each what it holds)."""
+    return ring.EndpointRing([api.RingMember(u, u.removeprefix("http://")) for u in urls])

@@ -290,6 +290,12 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         "workload", help="replay agent conversations through each routing policy and compare"
     )
     _add_workload_flags(workload)
+    workload.add_argument(
+        "--scenario", choices=("scale",),
+        help="change the pool during each run: start with pods-1, add one at 1/3, restart one "
+        "at 2/3, remove one at 5/6; prints figures per phase (policies kvpin-bare: kvpin "
+        "without warm-up and kept homes; kvpin-static: kvpin on an unchanging pool)",
+    )  # fmt: skip
     workload.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     workload.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
     _add_logging(workload)
@@ -391,9 +397,18 @@ def _bench_config(args: argparse.Namespace) -> runner.BenchConfig:
 
 
 def _run_bench_workload(args: argparse.Namespace) -> None:
-    from kvpin.bench import progress, runner
+    import dataclasses
 
-    _report(args, runner.run(_bench_config(args), progress=progress.ProgressBar()))
+    from kvpin.bench import progress, runner, scenarios
+
+    config = _bench_config(args)
+    if not args.scenario:
+        _report(args, runner.run(config, progress=progress.ProgressBar()))
+        return
+    config = dataclasses.replace(config, scenario=args.scenario)
+    rows = runner.run_scenario(config, progress=progress.ProgressBar())
+    print(scenarios.markdown(rows))
+    _report(args, [summary for summary, _ in rows])
 
 
 def _run_bench_trace(args: argparse.Namespace) -> None:
