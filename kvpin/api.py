@@ -27,6 +27,9 @@ MANAGED_BY = "kvpin-operator"
 ANNOTATION_VRAM = f"{GROUP}/vram-reservation"
 ANNOTATION_VRAM_BYTES = f"{GROUP}/vram-reservation-bytes"
 ANNOTATION_ENDPOINT_ID = f"{GROUP}/endpoint-id"
+# On the router's warm-up requests to a joining member (router.warmup), so engines, their
+# proxies and `kvpin sim` can tell them from user traffic.
+WARMUP_HEADER = "X-Kvpin-Warmup"
 
 # Where kopf keeps its own bookkeeping on the CachedEndpoint.
 KOPF_ANNOTATION_PREFIX = f"operator.{GROUP}"

@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from kvpin import logs
+from kvpin import api, logs
 from kvpin.router import holdings, keys
 from kvpin.router.metrics import RouterMetrics
 
@@ -202,7 +202,7 @@ class Warmer:
     ) -> None:
         """One warm-up request, retried while the member does not listen yet."""
         assert self.session is not None
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", api.WARMUP_HEADER: "1"}
         async with gate:
             while True:
                 try:

@@ -9,6 +9,7 @@ Prompt contents are never logged.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import json
 import logging
@@ -18,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kvpin import logs, serving
+from kvpin import api, logs, serving
 from kvpin.sim import cache as caching
 from kvpin.sim import protocol, tokens
 from kvpin.sim.config import SimConfig
@@ -46,6 +47,8 @@ class Simulator:
         )
         self.started = time.monotonic()
         self.dice = random.Random(config.faults.seed)
+        # the kind of each request received, in order (warm-up or user), for GET /debug/arrivals
+        self.arrivals: collections.deque[str] = collections.deque(maxlen=10_000)
 
     def roll(self, rate: float) -> bool:
         """True with probability `rate` (deterministic for a seed)."""
@@ -93,6 +96,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
     sim = request.app[SIMULATOR]
     config = sim.config
+    sim.arrivals.append("warmup" if request.headers.get(api.WARMUP_HEADER) else "user")
     parsed = protocol.parse(
         kind, await _body(request), served=config.names, max_model_len=config.max_model_len,
         encode=sim.encode,
@@ -244,6 +248,13 @@ async def debug_cached_tokens(request: web.Request) -> web.Response:
     })  # fmt: skip
 
 
+async def debug_arrivals(request: web.Request) -> web.Response:
+    """The kind of every request received so far, in order: `warmup` (marked by the kvpin
+    router's warm-up header) or `user`. Off by default (`--debug-routes`): tests check that
+    a new member was warmed before its first user request."""
+    return web.json_response(list(request.app[SIMULATOR].arrivals))
+
+
 def make_app(config: SimConfig) -> web.Application:
     """The simulator as an aiohttp application."""
     app = web.Application(client_max_size=config.max_body_bytes)
@@ -259,6 +270,7 @@ def make_app(config: SimConfig) -> web.Application:
     app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
     if config.debug_routes:
         app.router.add_post("/debug/cached_tokens", _renders_errors(debug_cached_tokens))
+        app.router.add_get("/debug/arrivals", debug_arrivals)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)

@@ -37,8 +37,10 @@ def test_defaults_are_applied_by_the_api_server(
     assert spec["routing"] == {
         "key": "prefix", "loadFactor": 2, "virtualNodes": 160, "sessionHeader": "X-Session-ID",
         "prefixChars": 2048, "cacheSalt": "none", "prefillTokensPerSecond": 10000,
-        "moveMargin": 0.25,
+        "moveMargin": 0.25, "keepHomes": True,
+        "warmup": {"heads": 8, "timeoutSeconds": 30, "concurrency": 2},
     }  # fmt: skip
+    assert spec["drain"] == {"leaveRingSeconds": 10, "gracePeriodSeconds": 180}
 
 
 INVALID = [
@@ -48,6 +50,8 @@ INVALID = [
     ({"engine": {"preset": "tgi"}}, 'Unsupported value: "tgi"'),
     ({"endpointId": "EP_Support"}, "endpointId must be a DNS label"),
     ({"engine": {"preset": "custom"}}, "the custom engine preset needs spec.engine.image"),
+    ({"routing": {"warmup": {"prompts": [{"tools": []}]}}}, "messages: Required value"),
+    ({"drain": {"gracePeriodSeconds": 0}}, "gracePeriodSeconds in body should be greater than or equal to 1"),
     ({"engine": {"preset": "vllm"}, "gpu": {"count": 0}}, "the vllm and sglang engines need at least one GPU"),
     ({"engine": {"preset": "sglang"}}, "the sglang engine sizes its cache as a fraction of GPU memory"),
     ({"routing": {"loadFactor": 0.5}}, "loadFactor in body should be greater than or equal to 1"),

@@ -76,6 +76,8 @@ async def test_a_joining_member_is_warmed_before_it_takes_new_keys(
         # the configured prompt to each of the four, the hot head to the newcomer only
         assert metric(text, "kvpin_router_warmup_requests_total", outcome="ok") == 5
         assert metric(text, "kvpin_router_requests_total", member="pod-3") == 0  # not user traffic
+        async with session.get(f"{new}/debug/arrivals") as r:
+            assert await r.json() == ["warmup", "warmup"]  # marked as such for the engine
 
         # new conversations now reach it, and find their head already computed there
         for i in range(40):
