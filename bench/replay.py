@@ -1,7 +1,9 @@
 """Replaying load against a target. Closed loop (`replay`): every conversation's turns in
 order, many conversations at once, each answer fed into the next turn as a real client would.
 Open loop (`replay_trace`): each request of a trace sent at its own time, whatever the answers
-before it, as real traffic arrives.
+before it, as real traffic arrives. Sessions (`replay_sessions`, the `agentic` workload):
+conversations arrive open loop, and within each the next turn follows the answer after the
+conversation's think time.
 
 I/O (aiohttp on loopback). Requests stream; TTFT is the time to the first content chunk; the
 usage of the last chunk gives prompt and cached tokens.
@@ -112,6 +114,46 @@ async def replay(
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+    result.makespan_s = time.monotonic() - started
+    await target.close()
+    return result
+
+
+async def replay_sessions(
+    workload: workloads.Workload,
+    target: Target,
+    *,
+    speed: float = 1.0,
+    progress: Callable[[int], None] = lambda n: None,
+) -> Replay:
+    """Start each conversation at its arrival time (divided by `speed`); its turns follow
+    each answer after its think time. A failed turn ends its conversation."""
+    result = Replay()
+
+    async def conversation(session: aiohttp.ClientSession, conv: workloads.Conversation) -> None:
+        await asyncio.sleep(max(0.0, started + conv.arrival_s / speed - time.monotonic()))
+        answers: list[str] = []
+        for turn in range(len(conv.user_turns)):
+            if turn:
+                await asyncio.sleep(conv.think_s[turn] / speed)
+            body = workloads.build_request(workload, conv, answers)
+            url = await target.choose(conv.endpoint, body)
+            result.bodies.append(body)
+            try:
+                record, answer = await _send(session, url, body, conv.id)
+            finally:
+                target.done(url)
+            result.records.append(record)
+            progress(1)
+            if not record.ok:
+                return
+            answers.append(answer)
+
+    timeout = aiohttp.ClientTimeout(total=300)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        started = time.monotonic()
+        await asyncio.gather(*(conversation(session, c) for c in workload.conversations))
     result.makespan_s = time.monotonic() - started
     await target.close()
     return result

@@ -15,15 +15,16 @@ def markdown(summaries: Sequence[Summary]) -> str:
     """One row per policy."""
     lines = [
         "| policy | token hit rate | infinite-cache bound | of bound | TTFT p50 ms | TTFT p99 ms "
-        "| TTFT mean ms | makespan s | req/s | spread (max/mean) | prefix breaks | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| TTFT mean ms | prefill tokens | makespan s | req/s | spread (max/mean) "
+        "| prefix breaks | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in summaries:
         of_bound = "—" if math.isnan(s.of_bound) else f"{s.of_bound:.1%}"
         lines.append(
             f"| {s.policy} | {s.hit_rate:.1%} | {s.bound:.1%} | {of_bound} "
             f"| {s.ttft_p50_s * 1e3:.1f} | {s.ttft_p99_s * 1e3:.1f} | {s.ttft_mean_s * 1e3:.1f} "
-            f"| {s.makespan_s:.2f} "
+            f"| {s.prefill_tokens:,} | {s.makespan_s:.2f} "
             f"| {s.throughput_rps:.1f} | {s.spread:.2f} "
             f"| {'—' if s.prefix_breaks is None else s.prefix_breaks} | {s.errors} |"
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import pathlib
 import re
 import tempfile
@@ -73,6 +74,22 @@ class BenchConfig:
     policies: tuple[str, ...] = DEFAULT_POLICIES
     scenario: str | None = None
     """A lifecycle scenario (bench.scenarios): the pool changes during each policy's run."""
+
+
+TURN_S = 0.3  # a turn's service time, to estimate the agentic workload's live working set
+
+
+def live_working_set(workload: workloads.WorkloadConfig) -> workloads.WorkingSet:
+    return workloads.working_set(workloads.generate(workload), turn_s=TURN_S)
+
+
+def default_cache_blocks(workload: workloads.WorkloadConfig, pods: int) -> int:
+    """Per-pod cache for a workload: for `agentic`, 1.5x each pod's share of the live working
+    set when partitioned (so a replica of everything does not fit); else BenchConfig's."""
+    if workload.variant != "agentic":
+        return BenchConfig.cache_blocks
+    share = live_working_set(workload).peak_tokens / pods
+    return max(64, math.ceil(1.5 * share / 16))
 
 
 def available_policies(policies: Sequence[str]) -> list[str]:
@@ -350,11 +367,13 @@ def _run_workload(
     def drive(
         _: str, target: targets.Target, tick: Callable[[int], None]
     ) -> Awaitable[replay.Replay]:
+        if config.workload.variant == "agentic":
+            return replay.replay_sessions(workload, target, progress=tick)
         return replay.replay(workload, target, concurrency=config.concurrency, progress=tick)
 
     return _each_policy(
         config, workload.endpoints, drive,
-        total=len(workload.conversations) * config.workload.turns,
+        total=sum(len(c.user_turns) for c in workload.conversations),
         bound=lambda result: scoring.infinite_cache_hits(result.bodies), progress=progress,
     )  # fmt: skip
 

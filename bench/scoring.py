@@ -80,6 +80,9 @@ class Summary:
     spread: float
     prefix_breaks: int | None = None
     """Turns the kvpin router saw break their conversation's prefix (None: not measured)."""
+    prefill_tokens: int = 0
+    """Prompt tokens the pool computed (not found cached): what a GPU bill follows."""
+    ttft_p90_s: float = math.nan
 
     @property
     def of_bound(self) -> float:
@@ -112,4 +115,6 @@ def summarize(
         throughput_rps=len(ok) / makespan_s if makespan_s else math.nan,
         spread=spread(per_pod),
         prefix_breaks=prefix_breaks,
+        prefill_tokens=prompt - sum(r.cached_tokens for r in ok),
+        ttft_p90_s=percentile(ttfts, 90),
     )

@@ -4,6 +4,12 @@ Pure. An agent's request has three zones: a system prompt (fixed per agent), too
 (fixed per agent) and a history that only grows: each turn appends the assistant's previous
 answer and a new user message. Variants:
 
+- `agentic` (the default): agent traffic as it is lived. Conversations arrive open loop
+  (Poisson, or in bursts with `burst`), each turn appends a tool result of hundreds to
+  thousands of tokens and the user's next message, the agent thinks between turns, and
+  conversation lengths have a long tail; many more conversations are live at once than there
+  are pods, so the live histories fit the pool's caches when partitioned and not when every pod
+  holds everything (`working_set` gives the arithmetic);
 - `agents`: many distinct agents (system prompts and tools), conversations spread over them;
 - `shared`: one system prompt and tool set for every conversation;
 - `long`: few agents with long system prompts and long user turns (RAG-like contexts);
@@ -16,11 +22,13 @@ Endpoints: conversations are spread over `endpoints` with Zipf-skewed popularity
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections.abc import Sequence
 from typing import Any
 
-VARIANTS = ("agents", "shared", "long", "careless")
+VARIANTS = ("agentic", "agents", "shared", "long", "careless")
+BURST_SIZE = 8
 _VOCABULARY = [
     "order",
     "shipping",
@@ -74,9 +82,10 @@ _VOCABULARY = [
 class WorkloadConfig:
     """The shape of a workload."""
 
-    variant: str = "agents"
+    variant: str = "agentic"
     conversations: int = 48
     turns: int = 6
+    """Turns of each conversation (agentic: the median; lengths have a long tail)."""
     agents: int = 6
     system_words: int = 600
     tool_count: int = 4
@@ -86,6 +95,14 @@ class WorkloadConfig:
     skew: float = 1.1
     """Zipf exponent of endpoint popularity (0: uniform)."""
     seed: int = 7
+    arrival_rate: float = 2.0
+    """agentic: conversations starting per second (Poisson)."""
+    burst: bool = False
+    """agentic: conversations arrive in bursts of about 8 at once, at the same mean rate."""
+    think_s: float = 1.0
+    """agentic: mean pause between an answer and the next turn (a user reading, a tool)."""
+    tool_words: tuple[int, int] = (150, 1500)
+    """agentic: size range of the tool result appended each turn (log-uniform)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +121,8 @@ class Conversation:
     endpoint: str
     agent: int
     user_turns: tuple[str, ...]
+    arrival_s: float = 0.0  # agentic: when it starts, from the start of the run
+    think_s: tuple[float, ...] = ()  # agentic: the pause before each later turn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +168,8 @@ def generate(config: WorkloadConfig) -> Workload:
         for a in range(n_agents)
     )
     weights = [1 / (i + 1) ** config.skew for i in range(config.endpoints)]
+    if config.variant == "agentic":
+        return Workload(config, agents, _agentic(config, rng, weights, n_agents))
     conversations = tuple(
         Conversation(
             id=f"conv-{c}",
@@ -162,6 +183,73 @@ def generate(config: WorkloadConfig) -> Workload:
         for c in range(config.conversations)
     )
     return Workload(config, agents, conversations)
+
+
+def _agentic(
+    config: WorkloadConfig, rng: random.Random, weights: list[float], n_agents: int
+) -> tuple[Conversation, ...]:
+    """Open-loop conversations: arrival times, long-tailed lengths, tool results, think time."""
+    low, high = config.tool_words
+    rate = config.arrival_rate / (BURST_SIZE if config.burst else 1)
+    clock, out = 0.0, []
+    for c in range(config.conversations):
+        if not config.burst or c % BURST_SIZE == 0:
+            clock += rng.expovariate(rate)
+        # a median of `turns`, a tail of conversations several times longer
+        turns = min(4 * config.turns, max(1, round(config.turns * 0.7 * rng.paretovariate(1.5))))
+        user_turns = []
+        for t in range(turns):
+            tool = round(math.exp(rng.uniform(math.log(low), math.log(high))))
+            result = f"[conversation {c}, turn {t}] tool output: " if t else ""
+            user_turns.append(result + (_words(rng, tool) + "\n\n" if t else "")
+                              + _words(rng, config.user_words))  # fmt: skip
+        out.append(Conversation(
+            id=f"conv-{c}", endpoint=f"ep-{rng.choices(range(config.endpoints), weights)[0]}",
+            agent=rng.randrange(n_agents), user_turns=tuple(user_turns), arrival_s=clock,
+            think_s=tuple(rng.expovariate(1 / config.think_s) for _ in range(turns)),
+        ))  # fmt: skip
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkingSet:
+    """How much history is live at the busiest moment, in tokens (about one per word)."""
+
+    peak_tokens: int
+    live_conversations: int
+
+    def describe(self, pods: int, cache_tokens: int) -> str:
+        share = self.peak_tokens / pods
+        return (
+            f"live working set at its peak: {self.live_conversations} conversations, "
+            f"~{self.peak_tokens:,} tokens; partitioned over {pods} pods ~{share:,.0f} each; "
+            f"cache per pod {cache_tokens:,} tokens = {cache_tokens / share:.1f}x the "
+            f"partitioned share, {cache_tokens / self.peak_tokens:.2f}x everything"
+        )
+
+
+def working_set(workload: Workload, *, turn_s: float) -> WorkingSet:
+    """The peak of live history over time, each turn taking `turn_s` plus its think time.
+
+    An estimate for sizing caches (answers' lengths and queueing are left out): a
+    conversation holds its whole prompt so far from its first turn to its last.
+    """
+    events = []
+    for conv in workload.conversations:
+        agent = workload.agents[conv.agent]
+        tokens = len(agent.system.split()) + 60 * len(agent.tools)
+        t = conv.arrival_s
+        for turn, text in enumerate(conv.user_turns):
+            t += turn_s + (conv.think_s[turn] if turn else 0.0)
+            tokens += len(text.split()) + workload.config.answer_tokens
+        events += [(conv.arrival_s, 1, tokens), (t, -1, tokens)]
+    live = peak = count = peak_count = 0
+    for _, step, tokens in sorted(events):
+        live += step * tokens
+        count += step
+        if live > peak:
+            peak, peak_count = live, count
+    return WorkingSet(peak, peak_count)
 
 
 def build_request(

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (once) and locate the binaries of the test control plane: kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl and etcd from k8s.io/kubernetes, kwok, and
-# helm (for the chart checks).
+# helm and promtool (for the chart checks).
 #
 #   hack/controlplane.sh build   build what is missing, print timings and the binary folder
 #   hack/controlplane.sh bindir  print the binary folder (exit 1 if it is incomplete)
@@ -22,7 +22,7 @@ cache=${KVPIN_CACHE:-$HOME/.cache/kvpin}
 root="$cache/controlplane/k8s-$KUBERNETES_VERSION-kwok-$KWOK_VERSION"
 bindir="$root/bin"
 stages="$root/kwok-stages"  # KWOK's default Stage documents, from its module
-binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm)
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm promtool)
 
 log() { printf '[controlplane] %s\n' "$*" >&2; }
 
@@ -121,6 +121,17 @@ build() {
     log "building helm $HELM_VERSION ..."
     (cd "$src" && GOBIN="$bindir" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
     log "built helm in $((SECONDS - t0))s"
+  fi
+  if [ ! -x "$bindir/promtool" ]; then
+    t0=$SECONDS
+    log "building promtool (prometheus $PROMETHEUS_VERSION) ..."
+    mkdir -p "$src/promtool"
+    printf 'module kvpin.dev/promtool\n\ngo 1.26.0\n' >"$src/promtool/go.mod"
+    (cd "$src/promtool" && go get "github.com/prometheus/prometheus@$PROMETHEUS_VERSION" >/dev/null \
+      && go build -trimpath -ldflags "-s -w" -o "$bindir/promtool.tmp" \
+        github.com/prometheus/prometheus/cmd/promtool)
+    mv "$bindir/promtool.tmp" "$bindir/promtool"
+    log "built promtool in $((SECONDS - t0))s"
   fi
   if [ ! -f "$stages/.complete" ]; then
     [ -f "$src/kwok/go.mod" ] || kwok_module "$src/kwok"

@@ -300,6 +300,16 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     workload.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
     _add_logging(workload)
     workload.set_defaults(run=_run_bench_workload)
+    sweep = modes.add_parser(
+        "sweep", help="the agentic workload at rising arrival rates: each policy's knee"
+    )
+    sweep.add_argument("--rates", default="1,2,4,8",
+                       help="conversations arriving per second, comma-separated")  # fmt: skip
+    _add_workload_flags(sweep, conversations=32)
+    sweep.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    sweep.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
+    _add_logging(sweep)
+    sweep.set_defaults(run=_run_bench_sweep)
     trace = modes.add_parser(
         "trace", help="replay a Mooncake-format trace open loop through each routing policy"
     )
@@ -307,7 +317,6 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     trace.add_argument("--start", type=int, default=0, help="skip the first N requests")
     trace.add_argument("--limit", type=int, help="replay at most N requests")
     trace.add_argument("--speed", type=float, default=1.0, help="arrival time divisor")
-    trace.add_argument("--burst", action="store_true", help="synthetic trace: bursty arrivals")
     _add_workload_flags(trace)
     trace.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     trace.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
@@ -330,7 +339,12 @@ def _run_bench_sim(args: argparse.Namespace) -> None:
 
 
 def _add_workload_flags(
-    parser: argparse.ArgumentParser, *, conversations: int = 48, turns: int = 6
+    parser: argparse.ArgumentParser,
+    *,
+    conversations: int = 48,
+    turns: int = 6,
+    arrival_rate: float | None = None,
+    think: float | None = None,
 ) -> None:
     from kvpin.bench import runner, workloads
 
@@ -347,8 +361,16 @@ def _add_workload_flags(
     add("--answer-tokens", type=int, default=w.answer_tokens, help="max_tokens of each turn")
     add("--endpoints", type=int, default=w.endpoints, help="endpoints (Zipf-skewed popularity)")
     add("--seed", type=int, default=w.seed, help="workload seed")
+    add("--arrival-rate", type=float, default=arrival_rate or w.arrival_rate,
+        help="agentic: conversations starting per second")  # fmt: skip
+    add("--think", type=float, default=think or w.think_s,
+        help="agentic: mean seconds between turns")  # fmt: skip
+    add("--burst", action="store_true",
+        help="bursty arrivals (agentic workload; the synthetic trace)")  # fmt: skip
     add("--pods", type=int, default=b.pods, help="simulators per endpoint")
-    add("--cache-blocks", type=int, default=b.cache_blocks, help="KV blocks per simulator")
+    add("--cache-blocks", type=int,
+        help="KV blocks per simulator (default: agentic, derived from the workload's live "
+        f"working set; other variants {b.cache_blocks})")  # fmt: skip
     add(
         "--vram",
         metavar="QUANTITY",
@@ -376,18 +398,21 @@ def _bench_config(args: argparse.Namespace) -> runner.BenchConfig:
     from kvpin.operator import quantity
     from kvpin.sim import config
 
+    workload = workloads.WorkloadConfig(
+        variant=args.variant, conversations=args.conversations, turns=args.turns,
+        agents=args.agents, system_words=args.system_words, tool_count=args.tools,
+        user_words=args.user_words, answer_tokens=args.answer_tokens,
+        endpoints=args.endpoints, seed=args.seed, arrival_rate=args.arrival_rate,
+        think_s=args.think, burst=args.burst,
+    )  # fmt: skip
     blocks = args.cache_blocks
     if args.vram:
         profile = config.PROFILES[config.DEFAULT_PROFILE]
         blocks = config.capacity_blocks(quantity.parse_bytes(args.vram), profile, 16)
-
+    if blocks is None:
+        blocks = runner.default_cache_blocks(workload, args.pods)
     return runner.BenchConfig(
-        workload=workloads.WorkloadConfig(
-            variant=args.variant, conversations=args.conversations, turns=args.turns,
-            agents=args.agents, system_words=args.system_words, tool_count=args.tools,
-            user_words=args.user_words, answer_tokens=args.answer_tokens,
-            endpoints=args.endpoints, seed=args.seed,
-        ),
+        workload=workload,
         pods=args.pods, cache_blocks=blocks, prefill_tps=args.prefill_tps,
         decode_tps=args.decode_tps, time_scale=args.time_scale, concurrency=args.concurrency,
         prefix_chars=args.prefix_chars, load_factor=args.load_factor,
@@ -396,12 +421,22 @@ def _bench_config(args: argparse.Namespace) -> runner.BenchConfig:
     )  # fmt: skip
 
 
+def _describe(config: runner.BenchConfig) -> None:
+    """Print the agentic workload's cache arithmetic (what makes affinity pay or not)."""
+    from kvpin.bench import runner
+
+    if config.workload.variant == "agentic":
+        live = runner.live_working_set(config.workload)
+        print(live.describe(config.pods, config.cache_blocks * 16))
+
+
 def _run_bench_workload(args: argparse.Namespace) -> None:
     import dataclasses
 
     from kvpin.bench import progress, runner, scenarios
 
     config = _bench_config(args)
+    _describe(config)
     if not args.scenario:
         _report(args, runner.run(config, progress=progress.ProgressBar()))
         return
@@ -409,6 +444,30 @@ def _run_bench_workload(args: argparse.Namespace) -> None:
     rows = runner.run_scenario(config, progress=progress.ProgressBar())
     print(scenarios.markdown(rows))
     _report(args, [summary for summary, _ in rows])
+
+
+def _run_bench_sweep(args: argparse.Namespace) -> None:
+    import json
+    import pathlib
+
+    from kvpin.bench import progress, report, sweep
+
+    rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    config = _bench_config(args)
+    _describe(config)
+    points = sweep.run(config, rates, progress=progress.ProgressBar())
+    print(sweep.markdown(points))
+    for policy in dict.fromkeys(s.policy for _, s in points):
+        at = sweep.knee(points, policy)
+        print(
+            f"{policy}: TTFT p90 passes 3x its low-load value "
+            + (f"at {at:g} conversations/s" if at else "nowhere in this sweep")
+        )
+    if args.json:
+        rows = [{"rate": rate, **json.loads(report.to_json([s]))[0]} for rate, s in points]
+        pathlib.Path(args.json).write_text(json.dumps(rows, indent=2))
+    if args.chart and not sweep.chart(points, pathlib.Path(args.chart)):
+        print("no chart: matplotlib is not installed (pip install 'kvpin[charts]')")
 
 
 def _run_bench_trace(args: argparse.Namespace) -> None:
@@ -451,7 +510,7 @@ def _demo_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "router`, replay multi-turn agent conversations through several routing policies, "
         "and print what each achieves. No cluster, no GPU.",
     )
-    _add_workload_flags(parser, conversations=24, turns=5)
+    _add_workload_flags(parser, conversations=24, turns=4, arrival_rate=4.0, think=0.4)
     parser.add_argument("--chart", metavar="PNG", default="kvpin-demo.png", help="chart file")
     _add_logging(parser)
     parser.set_defaults(run=_run_demo, log_level="WARNING")
@@ -459,18 +518,28 @@ def _demo_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 def _run_demo(args: argparse.Namespace) -> None:
     import pathlib
+    import tempfile
 
-    from kvpin.bench import progress, report, runner
+    from kvpin.bench import demo, progress, report, runner
 
+    with tempfile.TemporaryDirectory() as tmp:
+        calls, careless = demo.checks(tmp)
+    print("1. Two calls with the same long system prompt, through the router (openai client):")
+    for i in range(2):
+        prompt, cached, hits = calls.prompt_tokens[i], calls.cached_tokens[i], calls.hit_tokens[i]
+        print(f"   call {i + 1}: prompt_tokens {prompt:,}, cached_tokens {cached:,} "
+              f"(prompt_cache_hit_tokens {hits:,})")  # fmt: skip
     config = _bench_config(args)
-    print(f"kvpin demo: {args.conversations} conversations x {args.turns} turns, "
-          f"{args.pods} simulated pods with {args.cache_blocks} cache blocks each")  # fmt: skip
+    print(f"\n2. {args.conversations} agent conversations ({args.variant}) on {config.pods} "
+          f"simulated pods, through each policy:")  # fmt: skip
+    _describe(config)
     summaries = runner.run(config, progress=progress.ProgressBar())
-    print()
     print(report.markdown(summaries))
-    best = summaries[0]
-    print(f"\n{best.policy}: {best.of_bound:.0%} of the infinite-cache hit rate; "
-          f"TTFT p99 {best.ttft_p99_s * 1e3:.0f} ms")  # fmt: skip
+    print(demo.verdict(summaries))
+    zones = ", ".join(f"{z} {n}" for z, n in sorted(careless.breaks.items())) or "none"
+    print(f"\n3. A careless client that writes the time into its system prompt: "
+          f"{careless.cached_tokens:,} tokens cached over {careless.turns} turns; the router's "
+          f"kvpin_router_prefix_breaks_total names it: {zones}.")  # fmt: skip
     if report.chart(summaries, pathlib.Path(args.chart)):
         print(f"chart: {args.chart}")
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
 
 RECONCILES = Counter(
     "kvpin_operator_reconciles_total",
@@ -28,3 +31,28 @@ ERRORS = Counter(
     "kvpin_operator_errors_total",
     "API errors met while reconciling, retried later.",
 )
+CONDITION = Gauge(
+    "kvpin_operator_endpoint_condition",
+    "Each CachedEndpoint's status conditions: 1 for the status a condition is in, else 0.",
+    ["namespace", "endpoint", "type", "status"],
+)
+_STATUSES = ("True", "False", "Unknown")
+_TYPES: dict[tuple[str, str], set[str]] = {}  # the condition types exported per endpoint
+
+
+def set_conditions(namespace: str, name: str, conditions: Iterable[Mapping[str, Any]]) -> None:
+    """Export the conditions just written to an endpoint's status."""
+    types = _TYPES.setdefault((namespace, name), set())
+    for condition in conditions:
+        types.add(kind := str(condition.get("type")))
+        for value in _STATUSES:
+            CONDITION.labels(namespace, name, kind, value).set(
+                1 if condition.get("status") == value else 0
+            )
+
+
+def forget_endpoint(namespace: str, name: str) -> None:
+    """An endpoint is gone: drop its series."""
+    for kind in _TYPES.pop((namespace, name), ()):
+        for value in _STATUSES:
+            CONDITION.remove(namespace, name, kind, value)

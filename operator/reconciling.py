@@ -86,6 +86,7 @@ def refresh(
     with locks.of(namespace, name):
         body = cluster.read_endpoint(namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
+            metrics.forget_endpoint(namespace, name)
             return None
         others = cluster.list_endpoints(namespace)
         todo = plan.build_plan(body, others, sim_image=config.sim_image)
@@ -144,6 +145,7 @@ def _write_status(
         metrics.STATUS_WRITES.labels(trigger).inc()
     if (previous.get("ring") or {}).get("version") != new["ring"]["version"]:
         metrics.RING_CHANGES.labels(namespace, name).inc()
+    metrics.set_conditions(namespace, name, new.get("conditions") or ())
     return Outcome(body, new, tuple(status.compute_events(previous, new)), problem)
 
 

@@ -33,14 +33,15 @@ SETS = {
     "namespaced": ("operator.watchNamespaces={a,b}", "router.watchNamespaces={a}"),
     "autoscaled": ("router.autoscaling.enabled=true", "router.pdb.enabled=false"),
     "auth and monitoring": ("router.authSecret=router-tokens", "serviceMonitor.enabled=true"),
+    "dashboard and alerts": ("monitoring.dashboard.enabled=true", "monitoring.rules.enabled=true"),
 }
 
 
 @pytest.mark.parametrize("sets", SETS.values(), ids=SETS.keys())
 def test_rendered_objects_are_valid_kubernetes(render: Render, sets) -> None:
     for obj in render(*sets):
-        if obj["kind"] == "ServiceMonitor":
-            continue  # a CRD of the Prometheus operator: no schema in kubernetes-validate
+        if obj["kind"] in ("ServiceMonitor", "PrometheusRule"):
+            continue  # CRDs of the Prometheus operator: no schema in kubernetes-validate
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 

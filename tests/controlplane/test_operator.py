@@ -310,6 +310,19 @@ def test_metrics_and_json_logs(
             "kvpin_operator_ring_changes_total",
         ):
             assert name in text
+        ready = f'kvpin_operator_endpoint_condition{{endpoint="ep-m",namespace="{namespace}",'
+        assert ready + 'status="True",type="Ready"} 1.0' in text
+        assert ready + 'status="False",type="Ready"} 0.0' in text
+        client.delete_endpoint(namespace, "ep-m")
+
+        def forgotten() -> bool:
+            text = urllib.request.urlopen(url, timeout=2).read().decode()
+            return not any(
+                line.startswith("kvpin_operator_endpoint_condition{") and 'endpoint="ep-m"' in line
+                for line in text.splitlines()
+            )
+
+        wait_for("the deleted endpoint's series gone", forgotten)
     finally:
         operators.stop(operator)
     lines = [line for line in operator.log.read_text().splitlines() if line.startswith("{")]

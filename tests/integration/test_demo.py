@@ -12,9 +12,9 @@ import time
 import uuid
 
 KVPIN = pathlib.Path(sys.executable).parent / "kvpin"
-TINY = ["--conversations", "8", "--turns", "4", "--pods", "2", "--agents", "2",
-        "--system-words", "120", "--cache-blocks", "300", "--time-scale", "0.02",
-        "--concurrency", "4"]  # fmt: skip
+TINY = ["--conversations", "10", "--turns", "3", "--pods", "2", "--agents", "2",
+        "--system-words", "120", "--cache-blocks", "600", "--time-scale", "0.02",
+        "--arrival-rate", "20", "--think", "0.05"]  # fmt: skip
 
 
 def marked_processes(mark: str) -> list[int]:
@@ -45,7 +45,12 @@ def test_the_demo_beats_random_and_cleans_up(tmp_path: pathlib.Path) -> None:
     rates = hit_rates(out.stdout)
     assert set(rates) == {"kvpin", "random"}
     assert rates["kvpin"] > rates["random"]
-    assert "of the infinite-cache hit rate" in out.stdout
+    # the two-call check: nothing cached, then nearly the whole prompt
+    first, second = re.findall(r"prompt_tokens ([\d,]+), cached_tokens ([\d,]+)", out.stdout)
+    assert first[1] == "0"
+    assert int(second[1].replace(",", "")) > 0.9 * int(second[0].replace(",", ""))
+    assert "kvpin found" in out.stdout  # the verdict, win or lose
+    assert "kvpin_router_prefix_breaks_total names it: system 3" in out.stdout
     assert chart.read_bytes().startswith(b"\x89PNG")
     assert marked_processes(mark) == []  # every simulator and router it started is gone
 

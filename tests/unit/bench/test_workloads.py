@@ -3,7 +3,7 @@ import pytest
 from kvpin.bench import workloads
 
 SMALL = workloads.WorkloadConfig(
-    conversations=12, turns=4, agents=3, system_words=50, user_words=10
+    variant="agents", conversations=12, turns=4, agents=3, system_words=50, user_words=10
 )
 
 
@@ -51,3 +51,38 @@ def test_endpoint_popularity_is_skewed() -> None:
     for conversation in workloads.generate(config).conversations:
         counts[int(conversation.endpoint.split("-")[1])] += 1
     assert counts[0] > counts[1] > counts[3] > 0
+
+
+AGENTIC = workloads.WorkloadConfig(conversations=200, turns=5, arrival_rate=4.0, think_s=2.0)
+
+
+def test_agentic_conversations_arrive_open_loop_and_grow_by_tool_results() -> None:
+    workload = workloads.generate(AGENTIC)
+    arrivals = [c.arrival_s for c in workload.conversations]
+    assert arrivals == sorted(arrivals) and 40 < arrivals[-1] < 60  # ~200 / 4 per second
+    lengths = sorted(len(c.user_turns) for c in workload.conversations)
+    assert lengths[len(lengths) // 2] in (4, 5, 6) and lengths[-1] >= 3 * 5  # a long tail
+    later = [len(t.split()) for c in workload.conversations for t in c.user_turns[1:]]
+    assert min(later) >= 150 and max(later) > 1000  # tool results of hundreds to thousands
+    thinks = [s for c in workload.conversations for s in c.think_s]
+    assert 1.5 < sum(thinks) / len(thinks) < 2.5
+
+
+def test_bursts_keep_the_mean_rate() -> None:
+    bursty = workloads.generate(workloads.WorkloadConfig(**{**AGENTIC.__dict__, "burst": True}))
+    arrivals = [c.arrival_s for c in bursty.conversations]
+    assert len(set(arrivals)) == len(arrivals) // workloads.BURST_SIZE  # 8 at a time
+    assert 25 < arrivals[-1] < 90
+
+
+def test_the_working_set_counts_only_live_conversations() -> None:
+    workload = workloads.generate(AGENTIC)
+    live = workloads.working_set(workload, turn_s=0.3)
+    everything = sum(
+        len(workload.agents[c.agent].system.split()) + sum(len(t.split()) for t in c.user_turns)
+        for c in workload.conversations
+    )
+    assert 0 < live.peak_tokens < 0.6 * everything  # conversations come and go
+    assert 2 < live.live_conversations < 200
+    text = live.describe(4, 3 * live.peak_tokens // 8)
+    assert "1.5x the partitioned share" in text and "0.38x everything" in text
