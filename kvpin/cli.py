@@ -345,6 +345,7 @@ def _add_workload_flags(
     turns: int = 6,
     arrival_rate: float | None = None,
     think: float | None = None,
+    time_scale: float | None = None,
 ) -> None:
     from kvpin.bench import runner, workloads
 
@@ -379,7 +380,8 @@ def _add_workload_flags(
     )
     add("--prefill-tps", type=float, default=b.prefill_tps, help="simulated prefill tokens/s")
     add("--decode-tps", type=float, default=b.decode_tps, help="simulated decode tokens/s")
-    add("--time-scale", type=float, default=b.time_scale, help="simulated time multiplier")
+    add("--time-scale", type=float, default=time_scale or b.time_scale,
+        help="simulated time multiplier")  # fmt: skip
     add("--concurrency", type=int, default=b.concurrency, help="conversations at once")
     add("--prefix-chars", type=int, default=b.prefix_chars, help="kvpin routing.prefixChars")
     add("--load-factor", type=float, default=b.load_factor, help="kvpin routing.loadFactor")
@@ -510,7 +512,9 @@ def _demo_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "router`, replay multi-turn agent conversations through several routing policies, "
         "and print what each achieves. No cluster, no GPU.",
     )
-    _add_workload_flags(parser, conversations=24, turns=4, arrival_rate=4.0, think=0.4)
+    # small enough to run every policy in under a minute on two cores
+    _add_workload_flags(parser, conversations=24, turns=4, arrival_rate=5.0, think=0.25,
+                        time_scale=0.1)  # fmt: skip
     parser.add_argument("--chart", metavar="PNG", default="kvpin-demo.png", help="chart file")
     _add_logging(parser)
     parser.set_defaults(run=_run_demo, log_level="WARNING")

@@ -9,7 +9,7 @@ are left alone. A child that exists but is not owned by the CachedEndpoint is ne
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kubernetes.client
@@ -27,6 +27,11 @@ class ClusterError(Exception):
 
 class ChildConflictError(ClusterError):
     """A child's name is taken by an object the CachedEndpoint does not own."""
+
+
+class ChildRejectedError(ClusterError):
+    """The API server refused a child as invalid (400, 422): retrying the same spec cannot
+    help; the message names the field (a volume mount naming no volume, say)."""
 
 
 def owned_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
@@ -98,7 +103,8 @@ class Cluster:
                 )
             )
         except ApiException as err:
-            raise ClusterError(f"applying {kind} {meta['name']}: {_message(err)}") from err
+            error = ChildRejectedError if err.status in (400, 422) else ClusterError
+            raise error(f"applying {kind} {meta['name']}: {_message(err)}") from err
 
     def delete_child(self, kind: str, namespace: str, name: str, *, owner_uid: str) -> bool:
         """Delete a child the CachedEndpoint owns; True if something was deleted."""
@@ -143,6 +149,18 @@ class Cluster:
         try:
             response = self.custom.list_namespaced_custom_object(
                 api.GROUP, api.VERSION, namespace, api.PLURAL, _preload_content=False
+            )
+        except ApiException as err:
+            raise ClusterError(f"listing CachedEndpoints: {_message(err)}") from err
+        return list(_json(response).get("items") or [])
+
+    def list_all_endpoints(self, namespaces: Sequence[str]) -> list[dict[str, Any]]:
+        """Every CachedEndpoint in `namespaces` (empty: the whole cluster)."""
+        if namespaces:
+            return [body for ns in namespaces for body in self.list_endpoints(ns)]
+        try:
+            response = self.custom.list_cluster_custom_object(
+                api.GROUP, api.VERSION, api.PLURAL, _preload_content=False
             )
         except ApiException as err:
             raise ClusterError(f"listing CachedEndpoints: {_message(err)}") from err

@@ -7,6 +7,8 @@ every `kvpin operator` process gets a fresh registry.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -16,7 +18,7 @@ import kubernetes.client
 import kubernetes.config
 import prometheus_client
 
-from kvpin import api
+from kvpin import api, logs
 from kvpin.operator import cluster, metrics, reconciling, status
 from kvpin.operator import settings as settings_module
 
@@ -38,6 +40,44 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_via_client(**kwargs)
 
 
+async def start_resync(memo: kopf.Memo, **_: Any) -> None:
+    """Reconcile every CachedEndpoint every `resync_seconds`, repairing drift the events
+    missed. Not a kopf timer: kopf puts a finalizer on every object a timer runs for, and an
+    object with a finalizer cannot be deleted while the operator is gone (after `helm
+    uninstall`, or with its namespace or the CRD). Started from a kopf handler, so the Events
+    it posts go through kopf like any handler's."""
+    memo.resync = asyncio.get_running_loop().create_task(_resync_forever(memo))
+
+
+async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
+    task = getattr(memo, "resync", None)
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _resync_forever(memo: kopf.Memo) -> None:
+    config: settings_module.OperatorConfig = memo.config
+    log = logging.getLogger(logs.OPERATOR)
+    while True:
+        await asyncio.sleep(config.resync_seconds)
+        try:
+            bodies = await asyncio.to_thread(memo.cluster.list_all_endpoints, config.namespaces)
+        except cluster.ClusterError as err:
+            metrics.ERRORS.inc()
+            log.warning("resync: %s", err)
+            continue
+        for body in bodies:
+            if body["metadata"].get("deletionTimestamp"):
+                continue
+            try:
+                await asyncio.to_thread(reconcile_endpoint, body, memo)
+            except (kopf.TemporaryError, kopf.PermanentError) as err:
+                log.info("resync of %s/%s: %s", body["metadata"]["namespace"],
+                         body["metadata"]["name"], err)  # fmt: skip
+
+
 def reconcile_endpoint(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Create, update, resume and resync: converge the children, then the status."""
     started = time.monotonic()
@@ -55,7 +95,10 @@ def reconcile_endpoint(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         return  # deleted while reconciling
     _post(outcome)
     metrics.RECONCILES.labels("degraded" if outcome.problem else "ok").inc()
-    if outcome.problem and outcome.problem.reason == status.REASON_INVALID_SPEC:
+    if outcome.problem and outcome.problem.reason in (
+        status.REASON_INVALID_SPEC,
+        status.REASON_CHILD_REJECTED,
+    ):
         # Retrying cannot help until the spec changes, which triggers a new reconcile.
         raise kopf.PermanentError(outcome.problem.message)
 
@@ -104,13 +147,8 @@ def build_registry(config: settings_module.OperatorConfig) -> kopf.OperatorRegis
     kopf.on.login(registry=registry)(login)
     for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
         on(*cep, registry=registry, id="reconcile")(reconcile_endpoint)
-    kopf.timer(
-        *cep,
-        registry=registry,
-        id="resync",
-        interval=config.resync_seconds,
-        initial_delay=config.resync_seconds,
-    )(reconcile_endpoint)
+    kopf.on.startup(registry=registry)(start_resync)
+    kopf.on.cleanup(registry=registry)(stop_resync)
     kopf.on.event("", "v1", "pods", labels=owned, registry=registry)(refresh_endpoint)
     kopf.on.event("apps", "v1", "statefulsets", labels=owned, registry=registry)(refresh_endpoint)
     return registry

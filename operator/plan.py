@@ -29,10 +29,8 @@ def build_plan(
     """Parse, check the endpoint id's claim, and render the children."""
     try:
         endpoint = spec.parse(body)
-        children = [
-            desired.build_statefulset(endpoint, body, sim_image=sim_image),
-            desired.build_service(endpoint, body),
-        ]
+        service = desired.build_service(endpoint, body)
+        statefulset = desired.build_statefulset(endpoint, body, sim_image=sim_image)
     except spec.SpecError as err:
         return Plan(None, problem=status.Problem(status.REASON_INVALID_SPEC, str(err)))
     rival = claims.find_rival(body, others)
@@ -45,7 +43,9 @@ def build_plan(
                 f"{rival}; change spec.endpointId",
             ),
         )
+    # The StatefulSet last: a name conflict on the Service or the PDB stops the apply before
+    # any GPU pod starts.
     pdb = desired.build_pdb(endpoint, body)
     if pdb is None:
-        return Plan(endpoint, apply=tuple(children), delete=("PodDisruptionBudget",))
-    return Plan(endpoint, apply=(*children, pdb))
+        return Plan(endpoint, apply=(service, statefulset), delete=("PodDisruptionBudget",))
+    return Plan(endpoint, apply=(service, pdb, statefulset))

@@ -24,6 +24,11 @@ class QuantityError(ValueError):
     """The string is not a Kubernetes quantity."""
 
 
+def is_quantity(text: str) -> bool:
+    """Whether `text` is a Kubernetes quantity (2, 500m, 16Gi, 1e3)."""
+    return bool(_QUANTITY.match(text.strip()))
+
+
 def parse_bytes(quantity: str | int) -> int:
     """Return the quantity as bytes; a fraction of a byte is refused, not rounded."""
     if isinstance(quantity, int):

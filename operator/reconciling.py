@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvpin.operator import cluster as clusters
-from kvpin.operator import desired, metrics, plan, status
+from kvpin.operator import desired, metrics, plan, spec, status
 from kvpin.operator.settings import OperatorConfig
 
 
@@ -31,9 +31,9 @@ class Outcome:
 
 
 class StatusLocks:
-    """One lock per CachedEndpoint, so a pod event and a reconcile of the same endpoint (run
-    by kopf in parallel threads) write its status one after the other, each from the status the
-    other left, and the Events of one transition are posted once."""
+    """One lock per CachedEndpoint, so a reconcile (which applies), the periodic resync and a
+    pod event's refresh of the same endpoint (run in parallel threads) act one after the other,
+    each from what the other left, and the Events of one transition are posted once."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
@@ -54,22 +54,34 @@ def reconcile(
     config: OperatorConfig,
     locks: StatusLocks,
 ) -> Outcome | None:
-    """Converge the children on the spec, then write the status."""
+    """Converge the children on the spec, then write the status.
+
+    `body` only says which object: the spec applied is the one read now, under the endpoint's
+    lock, so a reconcile that started from an older copy (the periodic resync's list, a kopf
+    event queued behind a newer one) never applies a stale spec over a newer one.
+    """
     meta = body["metadata"]
-    others = cluster.list_endpoints(meta["namespace"])
-    todo = plan.build_plan(body, others, sim_image=config.sim_image)
-    problem = todo.problem
-    try:
-        for manifest in todo.apply:
-            cluster.apply_child(manifest, owner_uid=meta["uid"])
-        for kind in todo.delete:
-            cluster.delete_child(kind, meta["namespace"], meta["name"], owner_uid=meta["uid"])
-    except clusters.ChildConflictError as err:
-        problem = status.Problem(status.REASON_CHILD_CONFLICT, str(err))
-    with locks.of(meta["namespace"], meta["name"]):
-        fresh = cluster.read_endpoint(meta["namespace"], meta["name"])
-        if fresh is None or fresh["metadata"].get("uid") != meta["uid"]:
+    namespace, name = meta["namespace"], meta["name"]
+    with locks.of(namespace, name):
+        fresh = cluster.read_endpoint(namespace, name)
+        if (
+            fresh is None
+            or fresh["metadata"].get("uid") != meta["uid"]
+            or fresh["metadata"].get("deletionTimestamp")
+        ):
             return None  # deleted (or replaced) meanwhile
+        uid = fresh["metadata"]["uid"]
+        todo = plan.build_plan(fresh, cluster.list_endpoints(namespace), sim_image=config.sim_image)
+        problem = todo.problem
+        try:
+            for manifest in todo.apply:
+                cluster.apply_child(manifest, owner_uid=uid)
+            for kind in todo.delete:
+                cluster.delete_child(kind, namespace, name, owner_uid=uid)
+        except clusters.ChildConflictError as err:
+            problem = status.Problem(status.REASON_CHILD_CONFLICT, str(err))
+        except clusters.ChildRejectedError as err:
+            problem = status.Problem(status.REASON_CHILD_REJECTED, str(err))
         return _write_status(fresh, todo, problem, cluster=cluster, trigger="reconcile")
 
 
@@ -127,8 +139,12 @@ def _write_status(
     endpoint = todo.endpoint
     raw_spec = body.get("spec") or {}
     previous = body.get("status") or {}
+    # Only a reconcile, which applies the spec, may say it observed the spec's generation.
+    observed = (
+        meta.get("generation") if trigger == "reconcile" else previous.get("observedGeneration")
+    )
     new = status.compute_status(
-        generation=int(meta.get("generation") or 0),
+        generation=int(observed or 0),
         desired_replicas=endpoint.replicas if endpoint else _raw_int(raw_spec.get("replicas")),
         endpoint_id=endpoint.endpoint_id if endpoint else str(raw_spec.get("endpointId") or name),
         selector=desired.format_selector(name),
@@ -139,6 +155,9 @@ def _write_status(
         problem=problem,
         previous=previous,
         now=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        progress_deadline_s=(
+            endpoint.progress_deadline_s if endpoint else spec.DEFAULT_PROGRESS_DEADLINE_SECONDS
+        ),
     )
     if _owned_fields(previous) != new:
         cluster.patch_status(namespace, name, new)

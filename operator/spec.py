@@ -27,6 +27,7 @@ DEFAULT_SESSION_HEADER = "X-Session-ID"
 DEFAULT_LEAVE_RING_SECONDS = 10
 DEFAULT_GRACE_PERIOD_SECONDS = 180  # a long generation: 8k tokens at ~50 tokens/s
 MAX_DRAIN_SECONDS = 3600
+DEFAULT_PROGRESS_DEADLINE_SECONDS = 1800  # a 70B model can take many minutes to load
 # StatefulSet pods are named "<name>-<ordinal>" and carry a "<name>-<hash>" revision label,
 # both limited to 63 characters, so the CachedEndpoint's name is capped lower.
 MAX_NAME_LENGTH = 52
@@ -112,6 +113,7 @@ class EndpointSpec:
     routing: RoutingSpec
     pod: PodOverrides
     drain: DrainSpec = DrainSpec()
+    progress_deadline_s: int = DEFAULT_PROGRESS_DEADLINE_SECONDS
 
 
 def parse(body: Mapping[str, Any]) -> EndpointSpec:
@@ -161,7 +163,11 @@ def parse(body: Mapping[str, Any]) -> EndpointSpec:
         routing=_routing(_mapping(spec.get("routing", {}), "spec.routing")),
         pod=_pod(_mapping(spec.get("pod", {}), "spec.pod")),
         drain=_drain(_mapping(spec.get("drain", {}), "spec.drain")),
-    )
+        progress_deadline_s=_int(
+            spec.get("progressDeadlineSeconds", DEFAULT_PROGRESS_DEADLINE_SECONDS),
+            "spec.progressDeadlineSeconds", minimum=1,
+        ),
+    )  # fmt: skip
 
 
 def _drain(raw: Mapping[str, Any]) -> DrainSpec:
@@ -241,11 +247,27 @@ def _routing(raw: Mapping[str, Any]) -> RoutingSpec:
     )
 
 
+def _resources(raw: Any) -> Mapping[str, Any]:
+    """spec.pod.resources, every amount a Kubernetes quantity (the API server would refuse the
+    StatefulSet with a conversion error that names no field)."""
+    resources = _mapping(raw, "spec.pod.resources")
+    for kind in ("limits", "requests"):
+        for name, amount in _mapping(resources.get(kind, {}), f"spec.pod.resources.{kind}").items():
+            if isinstance(amount, bool) or not (
+                isinstance(amount, int | float) or quantity.is_quantity(str(amount))
+            ):
+                raise SpecError(
+                    f"spec.pod.resources.{kind}.{name}: {amount!r} is not a quantity "
+                    "(examples: 2, 500m, 16Gi)"
+                )
+    return resources
+
+
 def _pod(raw: Mapping[str, Any]) -> PodOverrides:
     secrets = raw.get("imagePullSecrets", [])
     return PodOverrides(
         env=_mappings(raw.get("env", []), "spec.pod.env"),
-        resources=_mapping(raw.get("resources", {}), "spec.pod.resources"),
+        resources=_resources(raw.get("resources", {})),
         volumes=_mappings(raw.get("volumes", []), "spec.pod.volumes"),
         volume_mounts=_mappings(raw.get("volumeMounts", []), "spec.pod.volumeMounts"),
         service_account_name=raw.get("serviceAccountName") or None,

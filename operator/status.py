@@ -8,6 +8,7 @@ is tested with plain dicts.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -15,6 +16,14 @@ from kvpin import api
 
 # Condition types and reasons, and Event reasons: the vocabulary users see in kubectl.
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
+AVAILABLE = "Available"  # at least one member serving (Ready: all of them)
+REASON_SOME_AVAILABLE = "MinimumReplicasAvailable"
+REASON_NONE_AVAILABLE = "NoReplicasAvailable"
+REASON_DEADLINE = "ProgressDeadlineExceeded"
+# A pod stuck in one of these says why in its own status: named in Degraded.
+POD_FAILURES = ("Unschedulable", "ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff",
+                "CreateContainerConfigError", "CreateContainerError", "InvalidImageName",
+                "RunContainerError")  # fmt: skip
 REASON_ALL_READY = "AllReplicasReady"
 REASON_NOT_READY = "ReplicasNotReady"
 REASON_SCALED_TO_ZERO = "ScaledToZero"
@@ -25,6 +34,8 @@ REASON_AS_EXPECTED = "AsExpected"
 REASON_INVALID_SPEC = "InvalidSpec"
 REASON_ENDPOINT_ID_CONFLICT = "EndpointIdConflict"
 REASON_CHILD_CONFLICT = "ChildNotOwned"
+REASON_CHILD_REJECTED = "ChildRejected"
+REASON_PENDING = "SpecNotObserved"
 EVENT_RING_CHANGED = "RingChanged"
 EVENT_SCALED = "Scaled"
 EVENT_ROLLOUT_STARTED = "RolloutStarted"
@@ -102,22 +113,30 @@ def compute_status(
     problem: Problem | None,
     previous: Mapping[str, Any],
     now: str,
+    progress_deadline_s: int = 1800,
 ) -> dict[str, Any]:
     """The whole `status` document; condition times kept from `previous` when unchanged.
 
     With a problem, the ring keeps whatever Ready pods exist (they still serve), except for an
     endpoint-id conflict, where publishing would let two objects claim one id in the router.
+    Without one, a pod the scheduler or the kubelet cannot start is the problem, named. A
+    rollout or scale still progressing `progress_deadline_s` after it began says so.
     """
     ring = compute_ring(pods, default_port=default_port)
     if problem and problem.reason == REASON_ENDPOINT_ID_CONFLICT:
         ring = api.Ring()
     ready = len(ring.members)
+    old = {c.get("type"): c for c in previous.get("conditions") or []}
+    progressing = _deadline(
+        _progressing_condition(statefulset, ready, desired_replicas, pods),
+        old.get(PROGRESSING), now, progress_deadline_s,
+    )  # fmt: skip
     conditions = [
         _ready_condition(ready, desired_replicas),
-        _progressing_condition(statefulset, ready, desired_replicas, pods),
-        _degraded_condition(problem),
+        _available_condition(ready),
+        progressing,
+        _degraded_condition(problem or pod_failure(pods)),
     ]
-    old = {c.get("type"): c for c in previous.get("conditions") or []}
     return {
         "observedGeneration": generation,
         "endpointId": endpoint_id,
@@ -148,6 +167,13 @@ def _progressing_condition(
     update, current = sts_status.get("updateRevision"), sts_status.get("currentRevision")
     if sts is None:
         return _condition(PROGRESSING, True, REASON_SCALING, "creating the StatefulSet")
+    generation = (sts.get("metadata") or {}).get("generation")
+    observed = sts_status.get("observedGeneration")
+    if generation is not None and (observed is None or observed < generation):
+        return _condition(
+            PROGRESSING, True, REASON_PENDING,
+            "the StatefulSet controller has not acted on the latest spec yet",
+        )  # fmt: skip
     if update and current and update != current:
         updated = sts_status.get("updatedReplicas", 0)
         return _condition(
@@ -158,6 +184,50 @@ def _progressing_condition(
             PROGRESSING, True, REASON_SCALING, f"{ready}/{desired} ready, {len(pods)} pods exist"
         )
     return _condition(PROGRESSING, False, REASON_COMPLETE, "the pool matches the spec")
+
+
+def _available_condition(ready: int) -> dict[str, str]:
+    if ready:
+        return _condition(AVAILABLE, True, REASON_SOME_AVAILABLE, f"{ready} serving")
+    return _condition(AVAILABLE, False, REASON_NONE_AVAILABLE, "no pod is serving")
+
+
+def pod_failure(pods: Iterable[Mapping[str, Any]]) -> Problem | None:
+    """The first pod the scheduler or the kubelet cannot start, with their own words."""
+    for pod in sorted(pods, key=lambda p: p.get("metadata", {}).get("name", "")):
+        name = pod.get("metadata", {}).get("name", "?")
+        st = pod.get("status") or {}
+        for c in st.get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable":
+                return Problem("Unschedulable", f"pod {name}: {c.get('message', '')}".strip())
+        for cs in [*(st.get("initContainerStatuses") or []), *(st.get("containerStatuses") or [])]:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in POD_FAILURES:
+                where = f"pod {name}, container {cs.get('name')}"
+                return Problem(waiting["reason"], f"{where}: {waiting.get('message', '')}".strip())
+    return None
+
+
+def _deadline(
+    condition: dict[str, str], old: Mapping[str, Any] | None, now: str, deadline_s: int
+) -> dict[str, str]:
+    """Progressing turns False with ProgressDeadlineExceeded once the same progress has been
+    under way for `deadline_s` (as a Deployment's does), until it completes or changes."""
+    if condition["status"] != "True" or not old:
+        return condition
+    if old.get("reason") == REASON_DEADLINE and old.get("status") == "False":
+        return _condition(PROGRESSING, False, REASON_DEADLINE, old.get("message", ""))
+    started = old.get("lastTransitionTime")
+    if old.get("status") != "True" or not started:
+        return condition
+    if _seconds(now) - _seconds(started) <= deadline_s:
+        return condition
+    return _condition(PROGRESSING, False, REASON_DEADLINE,
+                      f"no completion in {deadline_s}s: {condition['message']}")  # fmt: skip
+
+
+def _seconds(stamp: str) -> float:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def _degraded_condition(problem: Problem | None) -> dict[str, str]:

@@ -71,11 +71,15 @@ def pod(
     }
 
 
-def statefulset(*, update: str = "r1", current: str = "r1", updated: int = 2) -> dict[str, Any]:
+def statefulset(
+    *, update: str = "r1", current: str = "r1", updated: int = 2, generation: int = 1,
+    observed: int = 1,
+) -> dict[str, Any]:  # fmt: skip
     """A StatefulSet's status as the controller reports it."""
     return {
-        "metadata": {"name": "ep-test"},
+        "metadata": {"name": "ep-test", "generation": generation},
         "status": {
+            "observedGeneration": observed,
             "updateRevision": update,
             "currentRevision": current,
             "updatedReplicas": updated,

@@ -62,7 +62,7 @@ def test_endpoint_becomes_a_pinned_pool_with_a_ring(client: Kube, namespace: str
     client.create_endpoint(namespace, endpoint("ep-a"))
     wait_for("the StatefulSet", lambda: client.statefulset(namespace, "ep-a"))
     created_in = time.monotonic() - started
-    for kind in ("Service", "PodDisruptionBudget"):  # applied right after, in this order
+    for kind in ("Service", "PodDisruptionBudget"):  # applied before it (a name conflict stops)
         wait_for(kind, lambda kind=kind: client.exists(kind, namespace, "ep-a"), timeout=5)
     wait_ring(client, namespace, "ep-a", ["ep-a-0", "ep-a-1"])
     figures.record("CR applied -> StatefulSet exists", f"{created_in:.2f}s")
@@ -81,19 +81,31 @@ def test_endpoint_becomes_a_pinned_pool_with_a_ring(client: Kube, namespace: str
     assert status["readyReplicas"] == 2
     assert status["observedGeneration"] == cep["metadata"]["generation"]
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
-    assert conditions == {"Ready": "True", "Progressing": "False", "Degraded": "False"}
+    assert conditions == {
+        "Ready": "True",
+        "Available": "True",
+        "Progressing": "False",
+        "Degraded": "False",
+    }
     wait_event(client, namespace, "ep-a", "Normal", "RingChanged")
 
 
 def test_pods_without_room_on_gpu_nodes_stay_pending(client: Kube, namespace: str) -> None:
     # 2 GPU nodes x 8 GPUs: a pod asking for 16 fits nowhere, and never lands on the CPU node.
     client.create_endpoint(namespace, endpoint("ep-big", replicas=1, gpu={"count": 16}))
-    pod = wait_for("the pod", lambda: client.pods(namespace, "ep-big"))[0]
-    time.sleep(2)
+    degraded = wait_for(
+        "Degraded Unschedulable",
+        lambda: (
+            (c := client.condition(namespace, "ep-big", "Degraded")).get("status") == "True" and c
+        ),
+    )
+    assert degraded["reason"] == "Unschedulable"
+    assert degraded["message"].startswith("pod ep-big-0: 0/")  # the scheduler's own words
     pod = client.pods(namespace, "ep-big")[0]
     assert not pod["spec"].get("nodeName")
     assert ring_names(client, namespace, "ep-big") == []
     assert client.condition(namespace, "ep-big", "Ready")["status"] == "False"
+    assert client.condition(namespace, "ep-big", "Available")["status"] == "False"
 
 
 def test_scaling_adds_and_removes_the_highest_ordinals(
@@ -164,6 +176,51 @@ def test_a_spec_change_rolls_the_pool(client: Kube, namespace: str) -> None:
     assert args[args.index("--kv-cache-memory-bytes") + 1] == str(60 * 2**30)
 
 
+def test_the_status_never_claims_a_spec_change_done_before_it_is(
+    client: Kube, namespace: str
+) -> None:
+    client.create_endpoint(namespace, endpoint("ep-g"))
+    wait_ring(client, namespace, "ep-g", ["ep-g-0", "ep-g-1"])
+    generation = client.endpoint(namespace, "ep-g")["metadata"]["generation"]
+    client.patch_endpoint(namespace, "ep-g", {"spec": {"vramReservation": "60Gi"}})
+    seen_new = False
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        st = client.endpoint(namespace, "ep-g").get("status") or {}
+        progressing = {c["type"]: c for c in st.get("conditions", [])}.get("Progressing", {})
+        if st.get("observedGeneration", 0) > generation:
+            seen_new = True
+            if progressing.get("status") == "False":  # done: every pod must be on 60Gi now
+                pods = client.pods(namespace, "ep-g")
+                vram = {p["metadata"]["annotations"][api.ANNOTATION_VRAM] for p in pods}
+                sts = client.statefulset(namespace, "ep-g") or {}
+                assert vram == {"60Gi"}, (progressing, vram, sts.get("metadata", {}).get(
+                    "generation"), sts.get("status"))  # fmt: skip
+                break
+        time.sleep(0.02)
+    assert seen_new
+
+
+def test_an_apply_the_server_rejects_is_degraded_not_retried_forever(
+    client: Kube, namespace: str
+) -> None:
+    bad = {"volumeMounts": [{"name": "nope", "mountPath": "/cache"}]}  # mounts no volume
+    client.create_endpoint(namespace, endpoint("ep-bad", pod=bad))
+    degraded = wait_for(
+        "Degraded ChildRejected",
+        lambda: (
+            (c := client.condition(namespace, "ep-bad", "Degraded")).get("status") == "True" and c
+        ),
+    )
+    assert degraded["reason"] == "ChildRejected"
+    assert "StatefulSet ep-bad" in degraded["message"] and "volumeMounts" in degraded["message"]
+    time.sleep(6)  # longer than the retry delay of a temporary error
+    events = [e for e in client.events(namespace, "ep-bad") if e.get("type") == "Warning"]
+    assert sum(e.get("count") or 1 for e in events) <= 2, events
+    client.patch_endpoint(namespace, "ep-bad", {"spec": {"pod": {"volumeMounts": None}}})
+    wait_ring(client, namespace, "ep-bad", ["ep-bad-0", "ep-bad-1"])  # fixed: it converges
+
+
 def test_deleting_the_endpoint_collects_its_children(client: Kube, namespace: str) -> None:
     client.create_endpoint(namespace, endpoint("ep-x"))
     wait_ring(client, namespace, "ep-x", ["ep-x-0", "ep-x-1"])
@@ -210,6 +267,7 @@ def test_a_child_name_taken_by_a_stranger(client: Kube, namespace: str) -> None:
     svc = client.core.read_namespaced_service("ep-taken", namespace)
     assert svc.spec.selector == {"app": "other"}  # untouched
     assert not svc.metadata.owner_references
+    assert client.statefulset(namespace, "ep-taken") is None  # no GPU pod was started
 
 
 def test_a_reservation_larger_than_the_gpu_is_degraded(client: Kube, namespace: str) -> None:

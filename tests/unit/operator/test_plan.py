@@ -8,14 +8,15 @@ def build(body, others=()):
 
 def test_valid_endpoint_applies_statefulset_service_and_pdb() -> None:
     todo = build(factories.endpoint(replicas=2))
-    assert [m["kind"] for m in todo.apply] == ["StatefulSet", "Service", "PodDisruptionBudget"]
+    # the StatefulSet last: a conflict on another child's name stops before any pod starts
+    assert [m["kind"] for m in todo.apply] == ["Service", "PodDisruptionBudget", "StatefulSet"]
     assert todo.delete == ()
     assert todo.problem is None
 
 
 def test_single_replica_deletes_the_pdb() -> None:
     todo = build(factories.endpoint(replicas=1))
-    assert [m["kind"] for m in todo.apply] == ["StatefulSet", "Service"]
+    assert [m["kind"] for m in todo.apply] == ["Service", "StatefulSet"]
     assert todo.delete == ("PodDisruptionBudget",)
 
 

@@ -40,6 +40,10 @@ def test_known_product_gives_gpu_memory() -> None:
         ({"routing": {"key": "random"}}, "spec.routing.key 'random'"),
         ({"model": ""}, "spec.model is required"),
         ({"pod": {"env": "A=B"}}, "spec.pod.env must be a list of objects"),
+        (
+            {"pod": {"resources": {"limits": {"memory": "a lot"}}}},
+            "spec.pod.resources.limits.memory: 'a lot' is not a quantity",
+        ),
         ({"drain": {"leaveRingSeconds": -1}}, "spec.drain.leaveRingSeconds must be at least 0"),
         ({"drain": {"gracePeriodSeconds": 0}}, "spec.drain.gracePeriodSeconds must be at least 1"),
         ({"drain": {"gracePeriodSeconds": 86400}}, "spec.drain: at most 3600 seconds"),

@@ -61,6 +61,7 @@ def test_all_ready_and_settled() -> None:
     st = compute(pods)
     assert conditions(st) == {
         "Ready": ("True", status.REASON_ALL_READY),
+        "Available": ("True", status.REASON_SOME_AVAILABLE),
         "Progressing": ("False", status.REASON_COMPLETE),
         "Degraded": ("False", status.REASON_AS_EXPECTED),
     }
@@ -72,6 +73,15 @@ def test_rolling_update_is_progressing() -> None:
     pods = [factories.pod("ep-test-0"), factories.pod("ep-test-1", ip="10.0.0.2")]
     st = compute(pods, sts=factories.statefulset(update="r2", current="r1", updated=1))
     assert conditions(st)["Progressing"] == ("True", status.REASON_ROLLING)
+
+
+def test_a_spec_the_statefulset_controller_has_not_seen_is_progressing() -> None:
+    # right after a spec change the revisions still agree: only the generations tell
+    pods = [factories.pod("ep-test-0"), factories.pod("ep-test-1", ip="10.0.0.2")]
+    st = compute(pods, sts=factories.statefulset(generation=2, observed=1))
+    assert conditions(st)["Progressing"] == ("True", status.REASON_PENDING)
+    st = compute(pods, sts=factories.statefulset(generation=2, observed=2))
+    assert conditions(st)["Progressing"] == ("False", status.REASON_COMPLETE)
 
 
 def test_scaled_to_zero_is_not_ready() -> None:
@@ -91,10 +101,10 @@ def test_transition_times_are_kept_until_the_status_flips() -> None:
     pods = [factories.pod("ep-test-0"), factories.pod("ep-test-1", ip="10.0.0.2")]
     first = compute(pods, now="T1")
     again = compute(pods, previous=first, now="T2")
-    assert [c["lastTransitionTime"] for c in again["conditions"]] == ["T1"] * 3
+    assert [c["lastTransitionTime"] for c in again["conditions"]] == ["T1"] * 4
     flipped = compute(pods[:1], previous=first, now="T3")
     times = {c["type"]: c["lastTransitionTime"] for c in flipped["conditions"]}
-    assert times == {"Ready": "T3", "Progressing": "T3", "Degraded": "T1"}
+    assert times == {"Ready": "T3", "Available": "T1", "Progressing": "T3", "Degraded": "T1"}
 
 
 def test_events_for_transitions() -> None:
@@ -129,3 +139,51 @@ def test_an_ipv6_pod_address_is_bracketed_so_the_router_can_use_it() -> None:
     assert st["ring"]["members"] == [{"name": "ep-test-0", "address": "[fd00::5]:8000"}]
     member = api.Ring.from_status(st["ring"]).members[0]
     assert member.url == "http://[fd00::5]:8000"
+
+
+def test_available_while_any_member_serves() -> None:
+    one = compute([factories.pod("ep-test-0"), factories.pod("ep-test-1", ready=False)])
+    assert conditions(one)["Available"] == ("True", status.REASON_SOME_AVAILABLE)
+    assert conditions(one)["Ready"] == ("False", status.REASON_NOT_READY)
+    none = compute([factories.pod("ep-test-0", ready=False)])
+    assert conditions(none)["Available"] == ("False", status.REASON_NONE_AVAILABLE)
+
+
+def stuck(name: str, *, waiting: str | None = None, unschedulable: bool = False) -> dict:
+    pod = factories.pod(name, ready=False, ip=None)
+    if unschedulable:
+        pod["status"]["conditions"].append({
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."})  # fmt: skip
+    if waiting:
+        pod["status"]["containerStatuses"] = [{"name": "engine", "state": {"waiting": {
+            "reason": waiting, "message": "Back-off pulling image \"vllm:typo\""}}}]  # fmt: skip
+    return pod
+
+
+def test_a_pod_that_cannot_start_is_named_in_degraded() -> None:
+    st = compute([factories.pod("ep-test-0"), stuck("ep-test-1", waiting="ImagePullBackOff")])
+    degraded = {c["type"]: c for c in st["conditions"]}["Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("True", "ImagePullBackOff")
+    assert degraded["message"].startswith("pod ep-test-1, container engine: Back-off pulling")
+    st = compute([stuck("ep-test-0", unschedulable=True), stuck("ep-test-1")])
+    degraded = {c["type"]: c for c in st["conditions"]}["Degraded"]
+    assert degraded["reason"] == "Unschedulable" and "Insufficient nvidia.com/gpu" in degraded[
+        "message"]  # fmt: skip
+    assert conditions(compute([stuck("ep-test-0", waiting="ContainerCreating")]))["Degraded"] == (
+        "False", status.REASON_AS_EXPECTED)  # fmt: skip  # starting is not failing
+
+
+def test_progress_that_takes_too_long_says_so_until_it_completes() -> None:
+    scaling = [factories.pod("ep-test-0"), stuck("ep-test-1")]
+    start = compute(scaling, now="2026-01-01T00:00:00Z")
+    assert conditions(start)["Progressing"] == ("True", status.REASON_SCALING)
+    later = compute(scaling, previous=start, now="2026-01-01T00:29:00Z")
+    assert conditions(later)["Progressing"] == ("True", status.REASON_SCALING)
+    late = compute(scaling, previous=later, now="2026-01-01T00:31:00Z")
+    assert conditions(late)["Progressing"] == ("False", status.REASON_DEADLINE)
+    still = compute(scaling, previous=late, now="2026-01-01T00:40:00Z")
+    assert conditions(still)["Progressing"] == ("False", status.REASON_DEADLINE)
+    done = [factories.pod("ep-test-0"), factories.pod("ep-test-1", ip="10.0.0.2")]
+    assert conditions(compute(done, previous=still))["Progressing"] == (
+        "False", status.REASON_COMPLETE)  # fmt: skip
