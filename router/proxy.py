@@ -318,13 +318,21 @@ class Proxy:
         chars = {m: n * holdings.CHUNK_CHARS for m, n in held.items() if n}
         longest = max(chars.values(), default=0)  # home: the first of the walk holding it
         home = next((m.name for m in walk if longest and chars.get(m.name) == longest), None)
+        # The previous turn went through another router replica: this one knows less of the
+        # conversation than its previous prompt (a chunk short is only the chunking). It is
+        # presumed on its ring owner, where every replica sends an unseen conversation.
+        known = self.estimates.tokens(ep, longest + holdings.CHUNK_CHARS)
+        unseen = facts.previous_tokens > known
+        if unseen:
+            home = walk[0].name
 
         def cached(member: str) -> int:
+            tokens = 0
             if member in chars:
-                return min(facts.prompt_tokens, self.estimates.tokens(ep, chars[member]))
-            if home is None and member == walk[0].name:  # an unseen later turn: its ring owner
-                return facts.previous_tokens
-            return 0
+                tokens = min(facts.prompt_tokens, self.estimates.tokens(ep, chars[member]))
+            if unseen and member == walk[0].name:
+                tokens = max(tokens, facts.previous_tokens)
+            return tokens
 
         candidates = [
             placement.Candidate(

@@ -282,6 +282,34 @@ async def test_router_replicas_make_the_same_choice(
             assert len(chosen) == 1, chosen
 
 
+async def test_a_turn_another_replica_placed_is_found_on_its_ring_owner(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    # Turns of one conversation reach different replicas (a round-robin Service). Replica A
+    # places a first turn it knows nothing of on the key's ring owner. Replica B has sent the
+    # same system prompt elsewhere, but not this conversation's first turn: the second turn
+    # must go where A put it (the ring owner, where every replica sends an unseen
+    # conversation), not to where B last sent the system prompt.
+    urls = await pool(start_sim, 4)
+    a, b = [  # no engine scrapes: a stale one could show B's finished requests as load to A
+        await start_router(endpoint("ep-a", list(urls), key="session"), engine_metrics_interval=0)
+        for _ in range(2)
+    ]
+    async with aiohttp.ClientSession() as session:
+        for c in range(6):
+            system = {"role": "system", "content": f"Agent {c}. " + LONG_SYSTEM * 2}
+            session.headers["X-Session-ID"] = f"other-{c}"
+            await chat(session, b, [system, {"role": "user", "content": "hello"}])
+            session.headers["X-Session-ID"] = f"conversation-{c}"
+            first = [system, {"role": "user", "content": f"{c}: " + LONG_SYSTEM * 3}]
+            member, body = await chat(session, a, first)
+            second = [*first, body["choices"][0]["message"], {"role": "user", "content": "and?"}]
+            again, body = await chat(session, b, second)
+            assert again == member
+            assert body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0.9 * (
+                body["usage"]["prompt_tokens"] - 40)  # fmt: skip
+
+
 async def test_inbound_authentication(start_sim: StartSim, start_router: StartRouter) -> None:
     router = await start_router(
         endpoint("ep-a", [await start_sim()]), tokens=auth.parse_tokens("s3cret")
