@@ -1,9 +1,10 @@
 """The load sweep: the agentic workload at rising arrival rates, every policy at each, so each
 policy's saturation knee shows (how serving benchmarks are read: latency against offered load).
 
-The pool, its caches and the conversations' shapes stay the same at every rate; only the rate
-at which conversations arrive changes. A rate's table rows and the chart come from the same
-summaries as `kvpin bench workload` (bench.scoring).
+The pool, its caches and the conversations' shapes stay the same at every rate; conversations
+keep arriving for the same `duration_s` at each rate (so a higher rate is a higher sustained
+load, not the same conversations squeezed together). A rate's table rows and the chart come
+from the same summaries as `kvpin bench workload` (bench.scoring).
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ def run(
     config: runner.BenchConfig,
     rates: Sequence[float],
     *,
+    duration_s: float,
     progress: Callable[[str, int, int], None] = lambda p, d, t: None,
 ) -> list[Point]:
     """Every policy at every rate, lowest rate first."""
     out: list[Point] = []
     for rate in sorted(rates):
-        workload = dataclasses.replace(config.workload, arrival_rate=rate)
+        workload = dataclasses.replace(
+            config.workload, arrival_rate=rate, conversations=max(1, round(rate * duration_s))
+        )
         at_rate = dataclasses.replace(config, workload=workload)
         out += [(rate, s) for s in runner.run(at_rate, progress=progress)]
     return out

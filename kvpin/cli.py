@@ -305,7 +305,9 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     )
     sweep.add_argument("--rates", default="1,2,4,8",
                        help="conversations arriving per second, comma-separated")  # fmt: skip
-    _add_workload_flags(sweep, conversations=32)
+    sweep.add_argument("--duration", type=float, default=15.0,
+                       help="seconds of arrivals at each rate")  # fmt: skip
+    _add_workload_flags(sweep)
     sweep.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     sweep.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
     _add_logging(sweep)
@@ -457,7 +459,7 @@ def _run_bench_sweep(args: argparse.Namespace) -> None:
     rates = [float(r) for r in args.rates.split(",") if r.strip()]
     config = _bench_config(args)
     _describe(config)
-    points = sweep.run(config, rates, progress=progress.ProgressBar())
+    points = sweep.run(config, rates, duration_s=args.duration, progress=progress.ProgressBar())
     print(sweep.markdown(points))
     for policy in dict.fromkeys(s.policy for _, s in points):
         at = sweep.knee(points, policy)

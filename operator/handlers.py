@@ -125,6 +125,39 @@ def refresh_endpoint(
         _post(outcome)
 
 
+def repair_endpoint(
+    *,
+    type: str | None,  # kopf's name for the watch event's type
+    body: kopf.Body,
+    labels: kopf.Labels,
+    namespace: str,
+    memo: kopf.Memo,
+    logger: logging.Logger,
+    **_: Any,
+) -> None:
+    """A child was deleted or its spec edited: reconcile its endpoint now (applying is
+    idempotent), not at the next resync. Our own applies come back here once and change
+    nothing. A StatefulSet's status updates only refresh the status."""
+    meta = body.get("metadata") or {}
+    edited = type == "MODIFIED" and (
+        body.get("kind") != "StatefulSet"
+        or meta.get("generation") != (body.get("status") or {}).get("observedGeneration")
+    )
+    if type != "DELETED" and not edited:
+        if body.get("kind") == "StatefulSet":
+            refresh_endpoint(labels=labels, namespace=namespace, memo=memo, logger=logger)
+        return
+    owner = next((ref for ref in meta.get("ownerReferences") or [] if ref.get("kind") == api.KIND),
+                 None)  # fmt: skip
+    if owner is None:
+        return
+    identity = {"metadata": {"namespace": namespace, "name": owner["name"], "uid": owner["uid"]}}
+    try:
+        reconcile_endpoint(identity, memo)  # type: ignore[arg-type]
+    except (kopf.TemporaryError, kopf.PermanentError) as err:
+        logger.info("repair of %s: %s (the resync retries)", owner["name"], err)
+
+
 def _post(outcome: reconciling.Outcome) -> None:
     for event in outcome.events:
         kopf.event(outcome.endpoint, type=event.type, reason=event.reason, message=event.message)
@@ -150,5 +183,7 @@ def build_registry(config: settings_module.OperatorConfig) -> kopf.OperatorRegis
     kopf.on.startup(registry=registry)(start_resync)
     kopf.on.cleanup(registry=registry)(stop_resync)
     kopf.on.event("", "v1", "pods", labels=owned, registry=registry)(refresh_endpoint)
-    kopf.on.event("apps", "v1", "statefulsets", labels=owned, registry=registry)(refresh_endpoint)
+    for group, version, plural in (("apps", "v1", "statefulsets"), ("", "v1", "services"),
+                                   ("policy", "v1", "poddisruptionbudgets")):  # fmt: skip
+        kopf.on.event(group, version, plural, labels=owned, registry=registry)(repair_endpoint)
     return registry
