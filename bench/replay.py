@@ -75,6 +75,27 @@ async def _send(
     return record, "".join(text)
 
 
+async def _turn(
+    session: aiohttp.ClientSession,
+    target: Target,
+    conversation: workloads.Conversation,
+    body: dict[str, Any],
+    *,
+    result: Replay,
+    progress: Callable[[int], None],
+) -> str | None:
+    """Send one turn where the target says; its answer, None if it failed."""
+    url = await target.choose(conversation.endpoint, body)
+    result.bodies.append(body)
+    try:
+        record, answer = await _send(session, url, body, conversation.id)
+    finally:
+        target.done(url)
+    result.records.append(record)
+    progress(1)
+    return answer if record.ok else None
+
+
 async def replay(
     workload: workloads.Workload,
     target: Target,
@@ -97,15 +118,10 @@ async def replay(
                 body = workloads.build_request(
                     workload, conversation, answers, clock=f"12:00:{next(clock):06d}"
                 )
-                url = await target.choose(conversation.endpoint, body)
-                result.bodies.append(body)
-                try:
-                    record, answer = await _send(session, url, body, conversation.id)
-                finally:
-                    target.done(url)
-                result.records.append(record)
-                progress(1)
-                if not record.ok:
+                answer = await _turn(
+                    session, target, conversation, body, result=result, progress=progress
+                )
+                if answer is None:
                     break  # a conversation whose turn failed cannot go on honestly
                 answers.append(answer)
 
@@ -137,15 +153,8 @@ async def replay_sessions(
             if turn:
                 await asyncio.sleep(conv.think_s[turn] / speed)
             body = workloads.build_request(workload, conv, answers)
-            url = await target.choose(conv.endpoint, body)
-            result.bodies.append(body)
-            try:
-                record, answer = await _send(session, url, body, conv.id)
-            finally:
-                target.done(url)
-            result.records.append(record)
-            progress(1)
-            if not record.ok:
+            answer = await _turn(session, target, conv, body, result=result, progress=progress)
+            if answer is None:
                 return
             answers.append(answer)
 

@@ -29,7 +29,13 @@ import pytest
 from kvpin import api
 from tests.controlplane import cluster
 from tests.controlplane.kube import Kube, http_ok, wait_for
-from tests.controlplane.test_router_kubernetes import KVPIN, members_of, processes, ready_pods
+from tests.controlplane.test_router_kubernetes import (
+    KVPIN,
+    kubernetes_router,
+    members_of,
+    processes,
+    ready_pods,
+)
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.usefixtures("operator_process")]
 DRAIN_S = 3.0  # the harness's preStop delay: routers see a pod leave in about a second
@@ -140,19 +146,12 @@ def test_scaling_and_rolling_under_load_loses_nothing_and_warms_every_engine(
                  "routing": {"key": "session", "warmup": warmup}},  # users spread
     }  # fmt: skip
     client.create_endpoint(namespace, body)
-    router_port = cluster.free_port()
-    router = f"http://127.0.0.1:{router_port}"
     with (
         processes() as started,
         Engines(client, namespace, "ep-roll", port) as engines,
     ):
-        started.append(subprocess.Popen(
-            [str(KVPIN), "router", "--kubernetes", "-n", namespace,
-             "--kubeconfig", str(control_plane.kubeconfig), "--host", "127.0.0.1",
-             "--port", str(router_port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))  # fmt: skip
-        wait_for("router ready", lambda: http_ok(f"{router}/readyz"))
+        router, proc = kubernetes_router(control_plane, namespace)
+        started.append(proc)
         wait_for("router sees 2 members", lambda: members_of(router).get("ep-roll") == 2)
 
         def pool(n: int) -> dict[str, str] | None:

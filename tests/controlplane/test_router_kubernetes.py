@@ -40,6 +40,22 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
             proc.wait(10)
 
 
+def kubernetes_router(
+    control_plane: cluster.ControlPlane, namespace: str
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """`kvpin router --kubernetes` for one namespace, ready; its URL and process."""
+    port = cluster.free_port()
+    proc = subprocess.Popen(
+        [str(KVPIN), "router", "--kubernetes", "-n", namespace,
+         "--kubeconfig", str(control_plane.kubeconfig), "--host", "127.0.0.1",
+         "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    router = f"http://127.0.0.1:{port}"
+    wait_for("router ready", lambda: http_ok(f"{router}/readyz"))
+    return router, proc
+
+
 def members_of(router: str) -> dict[str, int]:
     with urllib.request.urlopen(f"{router}/v1/models", timeout=2) as r:
         return {m["id"]: m["members"] for m in json.loads(r.read())["data"]}
@@ -64,16 +80,9 @@ def test_router_follows_the_ring_and_reaches_the_pods(
                  "engine": {"preset": "sim", "port": port}, "gpu": {"count": 0}},
     }  # fmt: skip
     client.create_endpoint(namespace, body)
-    router_port = cluster.free_port()
-    router = f"http://127.0.0.1:{router_port}"
     with processes() as started:
-        started.append(subprocess.Popen(
-            [str(KVPIN), "router", "--kubernetes", "-n", namespace,
-             "--kubeconfig", str(control_plane.kubeconfig), "--host", "127.0.0.1",
-             "--port", str(router_port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))  # fmt: skip
-        wait_for("router ready", lambda: http_ok(f"{router}/readyz"))
+        router, proc = kubernetes_router(control_plane, namespace)
+        started.append(proc)
         pods = wait_for(
             "two Ready pods", lambda: len(p := ready_pods(client, namespace, "ep-sim")) == 2 and p
         )
