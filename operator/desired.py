@@ -28,6 +28,7 @@ LIVENESS_TIMEOUT_SECONDS = 10
 # Requests given unless the spec sets them, so engine pods are Burstable, not BestEffort (the
 # first evicted under node pressure). GPU engines stage weights through host memory.
 DEFAULT_REQUESTS = {True: {"cpu": "2", "memory": "16Gi"}, False: {"cpu": "100m", "memory": "256Mi"}}
+SHM_VOLUME = "kvpin-shm"  # /dev/shm of engines on several GPUs
 
 
 def build_selector(name: str) -> dict[str, str]:
@@ -99,18 +100,31 @@ def build_pod_template(spec: EndpointSpec, *, sim_image: str) -> dict[str, Any]:
     """The engine pod: pinned to GPU nodes, GPU limits, VRAM annotations, probes."""
     runtime = engines.build_runtime(spec, sim_image=sim_image)
     pod_spec: dict[str, Any] = {
-        "containers": [_container(spec, runtime)],
+        "containers": [_container(spec, runtime), *(dict(c) for c in spec.pod.sidecars)],
         "tolerations": _tolerations(spec),
         "terminationGracePeriodSeconds": (
             spec.drain.leave_ring_seconds + spec.drain.grace_period_seconds
         ),
         "enableServiceLinks": False,
     }
-    affinity = _node_affinity(spec)
+    affinity = _affinity(spec)
     if affinity:
         pod_spec["affinity"] = affinity
-    if spec.pod.volumes:
-        pod_spec["volumes"] = [dict(v) for v in spec.pod.volumes]
+    volumes = [dict(v) for v in spec.pod.volumes]
+    if spec.gpu.count > 1:  # tensor parallelism: NCCL needs more than the default 64 MiB
+        shm = {"medium": "Memory", "sizeLimit": spec.pod.shm_size}
+        volumes.append({"name": SHM_VOLUME, "emptyDir": shm})
+    if volumes:
+        pod_spec["volumes"] = volumes
+    for field, value in (
+        ("topologySpreadConstraints", [dict(c) for c in spec.pod.topology_spread_constraints]),
+        ("priorityClassName", spec.pod.priority_class_name),
+        ("runtimeClassName", spec.pod.runtime_class_name),
+        ("securityContext", dict(spec.pod.security_context)),
+        ("initContainers", [dict(c) for c in spec.pod.init_containers]),
+    ):
+        if value:
+            pod_spec[field] = value
     if spec.pod.service_account_name:
         pod_spec["serviceAccountName"] = spec.pod.service_account_name
     if spec.pod.image_pull_secrets:
@@ -164,8 +178,13 @@ def _container(spec: EndpointSpec, runtime: engines.EngineRuntime) -> dict[str, 
         container["lifecycle"] = {"preStop": {"sleep": {"seconds": spec.drain.leave_ring_seconds}}}
     if not runtime.command:
         del container["command"]  # custom images may rely on their entrypoint
-    if spec.pod.volume_mounts:
-        container["volumeMounts"] = [dict(m) for m in spec.pod.volume_mounts]
+    mounts = [dict(m) for m in spec.pod.volume_mounts]
+    if spec.gpu.count > 1:
+        mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    if mounts:
+        container["volumeMounts"] = mounts
+    if spec.pod.env_from:
+        container["envFrom"] = [dict(e) for e in spec.pod.env_from]
     return container
 
 
@@ -179,6 +198,25 @@ def _resources(spec: EndpointSpec) -> dict[str, Any]:
         # Extended resources are limits only; Kubernetes sets requests equal to them.
         resources.setdefault("limits", {})[spec.gpu.resource_name] = spec.gpu.count
     return resources
+
+
+def _affinity(spec: EndpointSpec) -> dict[str, Any] | None:
+    """spec.pod.affinity with the operator's node requirements added to each of its required
+    node terms (or as the only term): pod (anti-)affinity and preferences pass through."""
+    ours = _node_affinity(spec)
+    user = {k: dict(v) if isinstance(v, Mapping) else v for k, v in spec.pod.affinity.items()}
+    if ours is None:
+        return user or None
+    mine = ours["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    expressions = mine["nodeSelectorTerms"][0]["matchExpressions"]
+    node = dict(user.get("nodeAffinity") or {})
+    required = dict(node.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+    for term in terms:  # terms are ORed: each must carry the GPU requirements
+        term["matchExpressions"] = [*(term.get("matchExpressions") or []), *expressions]
+    required["nodeSelectorTerms"] = terms
+    node["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    return {**user, "nodeAffinity": node}
 
 
 def _node_affinity(spec: EndpointSpec) -> dict[str, Any] | None:

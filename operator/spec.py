@@ -27,7 +27,8 @@ DEFAULT_SESSION_HEADER = "X-Session-ID"
 DEFAULT_LEAVE_RING_SECONDS = 10
 DEFAULT_GRACE_PERIOD_SECONDS = 180  # a long generation: 8k tokens at ~50 tokens/s
 MAX_DRAIN_SECONDS = 3600
-DEFAULT_PROGRESS_DEADLINE_SECONDS = 1800  # a 70B model can take many minutes to load
+DEFAULT_PROGRESS_DEADLINE_SECONDS = 1800
+DEFAULT_SHM_SIZE = "8Gi"  # a 70B model can take many minutes to load
 # StatefulSet pods are named "<name>-<ordinal>" and carry a "<name>-<hash>" revision label,
 # both limited to 63 characters, so the CachedEndpoint's name is capped lower.
 MAX_NAME_LENGTH = 52
@@ -84,6 +85,20 @@ class PodOverrides:
     image_pull_secrets: tuple[str, ...] = ()
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    env_from: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Merged with the operator's own node affinity (the GPU product, the node selector)."""
+    topology_spread_constraints: tuple[Mapping[str, Any], ...] = ()
+    priority_class_name: str | None = None
+    runtime_class_name: str | None = None
+    security_context: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """The pod's; the engine container keeps the image's user unless this says otherwise."""
+    init_containers: tuple[Mapping[str, Any], ...] = ()
+    sidecars: tuple[Mapping[str, Any], ...] = ()
+    """Containers beside the engine (a log shipper, a model puller)."""
+    shm_size: str = DEFAULT_SHM_SIZE
+    """/dev/shm for engines on several GPUs (NCCL's shared memory); the default 64 MiB is not
+    enough for tensor parallelism."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,7 +293,27 @@ def _pod(raw: Mapping[str, Any]) -> PodOverrides:
         annotations={
             str(k): str(v) for k, v in _mapping(raw.get("annotations", {}), "annotations").items()
         },
+        env_from=_mappings(raw.get("envFrom", []), "spec.pod.envFrom"),
+        affinity=_mapping(raw.get("affinity", {}), "spec.pod.affinity"),
+        topology_spread_constraints=_mappings(
+            raw.get("topologySpreadConstraints", []), "spec.pod.topologySpreadConstraints"
+        ),
+        priority_class_name=raw.get("priorityClassName") or None,
+        runtime_class_name=raw.get("runtimeClassName") or None,
+        security_context=_mapping(raw.get("securityContext", {}), "spec.pod.securityContext"),
+        init_containers=_mappings(raw.get("initContainers", []), "spec.pod.initContainers"),
+        sidecars=_mappings(raw.get("sidecars", []), "spec.pod.sidecars"),
+        shm_size=_shm(raw.get("shmSize", DEFAULT_SHM_SIZE)),
     )
+
+
+def _shm(value: Any) -> str:
+    try:
+        if quantity.parse_bytes(str(value)) <= 0:
+            raise quantity.QuantityError("must be positive")
+    except quantity.QuantityError as err:
+        raise SpecError(f"spec.pod.shmSize: {err}") from None
+    return str(value)
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:

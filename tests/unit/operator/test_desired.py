@@ -172,3 +172,38 @@ def test_a_pod_leaves_the_ring_before_it_stops_and_finishes_its_generations() ->
     ]["spec"]
     assert "lifecycle" not in template["containers"][0]
     assert template["terminationGracePeriodSeconds"] == 30
+
+
+def test_day_two_pod_settings_pass_through_and_gpu_affinity_is_kept() -> None:
+    affinity = {
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}]}},
+    }  # fmt: skip
+    pod = {
+        "affinity": affinity, "priorityClassName": "inference", "runtimeClassName": "nvidia",
+        "securityContext": {"fsGroup": 1000}, "envFrom": [{"secretRef": {"name": "hf"}}],
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone"}],
+        "initContainers": [{"name": "pull", "image": "puller"}],
+        "sidecars": [{"name": "logs", "image": "shipper"}], "shmSize": "16Gi",
+    }  # fmt: skip
+    template = render(**gpu_endpoint(pod=pod))[0]["spec"]["template"]["spec"]
+    terms = template["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert len(terms) == 2  # the user's alternatives stay alternatives, each pinned to the GPU
+    assert all(t["matchExpressions"][-1]["key"] == desired.GPU_PRODUCT_LABEL for t in terms)
+    assert "podAntiAffinity" in template["affinity"]
+    assert (template["priorityClassName"], template["runtimeClassName"]) == ("inference", "nvidia")
+    assert template["securityContext"] == {"fsGroup": 1000}
+    assert template["topologySpreadConstraints"][0]["topologyKey"] == "zone"
+    assert [c["name"] for c in template["initContainers"]] == ["pull"]
+    engine, sidecar = template["containers"]
+    assert sidecar["name"] == "logs" and engine["envFrom"] == [{"secretRef": {"name": "hf"}}]
+    # two GPUs: tensor parallelism gets a memory-backed /dev/shm
+    assert {"name": "kvpin-shm", "mountPath": "/dev/shm"} in engine["volumeMounts"]
+    shm = next(v for v in template["volumes"] if v["name"] == "kvpin-shm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+    one_gpu = render(**gpu_endpoint(gpu={"count": 1, "product": "NVIDIA-A100-SXM4-80GB"}))
+    assert "volumes" not in one_gpu[0]["spec"]["template"]["spec"]  # one GPU: none needed
