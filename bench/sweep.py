@@ -77,6 +77,7 @@ def chart(points: Sequence[Point], path: pathlib.Path) -> bool:
                 title="time to first token against load")  # fmt: skip
     rejected.set(xlabel="conversations arriving per second", ylabel="requests",
                  title="rejected requests")  # fmt: skip
+    rejected.set_ylim(bottom=0, top=max(1, *(s.errors for _, s in points)) * 1.1)
     latency.legend(fontsize=7)
     rejected.legend(fontsize=7)
     fig.tight_layout()

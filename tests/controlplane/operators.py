@@ -22,8 +22,11 @@ class Operator:
     log: pathlib.Path
 
 
-def spawn(plane: cluster.ControlPlane, *args: str) -> Operator:
-    """Start a real `kvpin operator` process and wait until its liveness endpoint answers."""
+def spawn(
+    plane: cluster.ControlPlane, *args: str, kubeconfig: pathlib.Path | None = None
+) -> Operator:
+    """Start a real `kvpin operator` process and wait until its liveness endpoint answers
+    (as admin, or as whoever `kubeconfig` names)."""
     kvpin = pathlib.Path(sys.executable).parent / "kvpin"
     liveness, metrics = cluster.free_port(), cluster.free_port()
     log = plane.logs / f"operator-{liveness}.log"
@@ -32,7 +35,7 @@ def spawn(plane: cluster.ControlPlane, *args: str) -> Operator:
          "--liveness-port", str(liveness), "--metrics-port", str(metrics),
          "--sim-image", "kvpin:test"],
         stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "KUBECONFIG": str(plane.kubeconfig)},
+        env={**os.environ, "KUBECONFIG": str(kubeconfig or plane.kubeconfig)},
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while not kube.http_ok(f"http://127.0.0.1:{liveness}/healthz"):
