@@ -135,7 +135,10 @@ def _write_status(
             f"StatefulSet {name} already exists and is not owned by this CachedEndpoint",
         )
         sts = None
-    pods = cluster.list_pods(namespace, name) if sts is not None else []
+    pods = [
+        p for p in (cluster.list_pods(namespace, name) if sts is not None else [])
+        if status.made_by(p, sts)
+    ]  # fmt: skip
     endpoint = todo.endpoint
     raw_spec = body.get("spec") or {}
     previous = body.get("status") or {}

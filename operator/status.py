@@ -61,6 +61,16 @@ class Event:
     message: str
 
 
+def made_by(pod: Mapping[str, Any], statefulset: Mapping[str, Any] | None) -> bool:
+    """Whether the endpoint's StatefulSet made `pod`: a pod that only carries the endpoint's
+    label (made by hand, or by something else) never joins the ring."""
+    uid = ((statefulset or {}).get("metadata") or {}).get("uid")
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return (
+        any(r.get("kind") == "StatefulSet" and r.get("uid") == uid for r in refs) if uid else False
+    )
+
+
 def is_pod_ready(pod: Mapping[str, Any]) -> bool:
     """Ready condition True, an IP assigned, and not on its way out."""
     if pod.get("metadata", {}).get("deletionTimestamp"):

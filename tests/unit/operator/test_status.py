@@ -187,3 +187,15 @@ def test_progress_that_takes_too_long_says_so_until_it_completes() -> None:
     done = [factories.pod("ep-test-0"), factories.pod("ep-test-1", ip="10.0.0.2")]
     assert conditions(compute(done, previous=still))["Progressing"] == (
         "False", status.REASON_COMPLETE)  # fmt: skip
+
+
+def test_only_pods_the_statefulset_made_join() -> None:
+    sts = {"metadata": {"name": "ep-test", "uid": "sts-uid"}}
+    mine = factories.pod("ep-test-0")
+    mine["metadata"]["ownerReferences"] = [{"kind": "StatefulSet", "name": "ep-test",
+                                            "uid": "sts-uid"}]  # fmt: skip
+    stray = factories.pod("ep-test-9")  # the endpoint's label, made by hand
+    assert status.made_by(mine, sts)
+    assert not status.made_by(stray, sts)
+    assert not status.made_by(mine, {"metadata": {"uid": "another"}})
+    assert not status.made_by(mine, None)
