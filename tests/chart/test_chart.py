@@ -48,8 +48,9 @@ def test_rendered_objects_are_valid_kubernetes(render: Render, sets) -> None:
 def test_defaults(render: Render) -> None:
     objects = render()
     assert kinds(objects) == [
-        "ClusterRole/kvpin-operator", "ClusterRole/kvpin-router",
-        "ClusterRoleBinding/kvpin-operator", "ClusterRoleBinding/kvpin-router",
+        "ClusterRole/kvpin-operator", "ClusterRole/kvpin-operator-discovery",
+        "ClusterRole/kvpin-router", "ClusterRoleBinding/kvpin-operator",
+        "ClusterRoleBinding/kvpin-operator-discovery", "ClusterRoleBinding/kvpin-router",
         "Deployment/kvpin-operator", "Deployment/kvpin-router",
         "PodDisruptionBudget/kvpin-router",
         "Service/kvpin-operator-metrics", "Service/kvpin-router",
@@ -104,7 +105,9 @@ def test_rbac_is_least_privilege(render: Render) -> None:
 
 def test_namespaced_installs_bind_roles_per_namespace(render: Render) -> None:
     objects = render(*SETS["namespaced"])
-    assert not by_kind(objects, "ClusterRoleBinding")
+    # only kopf's discovery (CRDs, namespaces) is bound cluster-wide
+    (discovery,) = by_kind(objects, "ClusterRoleBinding")
+    assert discovery["roleRef"]["name"] == "kvpin-operator-discovery"
     bindings = sorted(
         (b["metadata"]["namespace"], b["metadata"]["name"]) for b in by_kind(objects, "RoleBinding")
     )

@@ -32,6 +32,7 @@ OPERATOR_CALLS = [
     ("delete", "poddisruptionbudgets.policy"), ("list", "poddisruptionbudgets.policy"),
     ("watch", "poddisruptionbudgets.policy"),
     ("list", "pods"), ("watch", "pods"), ("create", "events"),
+    ("list", "customresourcedefinitions.apiextensions.k8s.io"), ("list", "namespaces"),
 ]  # fmt: skip
 OPERATOR_DENIED = [
     ("delete", "statefulsets.apps"), ("get", "secrets"), ("delete", "pods"),
