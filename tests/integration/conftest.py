@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -87,3 +88,13 @@ async def start_router() -> AsyncIterator[StartRouter]:
 def replace_timing(**changes: Any) -> Timing:
     """FAST with some fields changed."""
     return dataclasses.replace(FAST, **changes)
+
+
+async def eventually(what: str, probe: Callable[[], Awaitable[Any]], within: float = 15.0) -> Any:
+    """The first truthy result of `probe`, polled for `within` seconds: a wait on an event
+    that has no callback, never a fixed sleep that a loaded machine can outlast."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not (result := await probe()):
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+    return result

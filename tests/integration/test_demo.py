@@ -65,7 +65,8 @@ def test_ctrl_c_stops_the_demo_and_its_processes() -> None:
     deadline = time.monotonic() + 60
     while len(marked_processes(mark)) < 4 and time.monotonic() < deadline:  # demo, 2 sims, router
         time.sleep(0.2)
-    time.sleep(1)
+    assert len(marked_processes(mark)) == 4, "the demo did not start its processes"
+    # Interrupted as soon as everything runs: whatever it is doing then, nothing is left.
     proc.send_signal(signal.SIGINT)
     proc.wait(30)
     assert proc.returncode != 0

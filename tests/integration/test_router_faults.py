@@ -22,7 +22,14 @@ from kvpin.router.membership.base import FixedMembership
 from kvpin.router.membership.static import StaticMembership
 from kvpin.router.outliers import OutlierSettings
 from tests.integration import upstreams
-from tests.integration.conftest import StartRouter, StartSim, endpoint, replace_timing, serve
+from tests.integration.conftest import (
+    StartRouter,
+    StartSim,
+    endpoint,
+    eventually,
+    replace_timing,
+    serve,
+)
 from tests.integration.test_router_http import chat, metric, scrape
 
 SYSTEM = "You are the support agent of a large online shop; be precise and kind. " * 20
@@ -53,12 +60,14 @@ async def in_flight(session: aiohttp.ClientSession, router: str) -> float:
 
 
 async def settled(session: aiohttp.ClientSession, router: str) -> float:
-    """The total in-flight gauge once the router has finished what it was doing."""
-    for _ in range(100):
-        if await in_flight(session, router) == 0:
-            return 0
-        await asyncio.sleep(0.05)
-    return await in_flight(session, router)
+    """The total in-flight gauge once the router has finished what it was doing (zero, or
+    a failure naming what was left)."""
+
+    async def idle() -> bool:
+        return await in_flight(session, router) == 0
+
+    await eventually("no request in flight", idle)
+    return 0
 
 
 @pytest.mark.parametrize(
@@ -302,12 +311,12 @@ async def test_a_client_that_stops_reading_is_cut_and_leaves_no_load(
     writer.write(upstreams.http_post("/v1/chat/completions", body.encode()))
     await writer.drain()
     async with aiohttp.ClientSession() as session:
-        for _ in range(100):
+
+        async def cut() -> float:
             text = await scrape(session, router)
-            if metric(text, "kvpin_router_errors_total", reason="client_stalled"):
-                break
-            await asyncio.sleep(0.1)
-        assert metric(text, "kvpin_router_errors_total", reason="client_stalled") == 1
+            return metric(text, "kvpin_router_errors_total", reason="client_stalled")
+
+        assert await eventually("the stalled client to be cut", cut) == 1
         assert await settled(session, router) == 0
     writer.close()
 
@@ -381,17 +390,23 @@ async def test_the_reload_loop_survives_unusable_files(
         b"endpoints: {ep-a: {members: [http://x:1]}, ep-a: {members: [http://y:1]}}",  # twice
     ]
     async with aiohttp.ClientSession() as session:
-        for bad in bad_files:
+
+        async def refused(count: int) -> bool:
+            text = await scrape(session, router)
+            return metric(text, "kvpin_router_membership_errors_total", source="static") == count
+
+        for count, bad in enumerate(bad_files, start=1):
             path.write_bytes(bad)
-            await asyncio.sleep(0.25)
+            await eventually("the bad file to be read and refused", lambda c=count: refused(c))
             assert (await chat(session, router, [{"role": "user", "content": "hi"}]))[0] == (
                 urls[0]
             )
         path.write_text(f"endpoints: {{ep-a: {{members: [{urls[1]}]}}}}")
-        for _ in range(40):
-            if [m.name for m in membership.endpoints["ep-a"].config.members] == [urls[1]]:
-                break
-            await asyncio.sleep(0.05)
+
+        async def reloaded() -> bool:
+            return [m.name for m in membership.endpoints["ep-a"].config.members] == [urls[1]]
+
+        await eventually("the good file", reloaded)
         member, _ = await chat(session, router, [{"role": "user", "content": "hi"}])
         text = await scrape(session, router)
     assert member == urls[1]

@@ -7,6 +7,7 @@ import collections
 import pathlib
 import re
 import time
+from collections.abc import Awaitable
 
 import aiohttp
 import openai
@@ -16,7 +17,7 @@ import yaml
 from kvpin.router import auth
 from kvpin.router.membership.base import FixedMembership
 from kvpin.router.membership.static import StaticMembership
-from tests.integration.conftest import StartRouter, StartSim, endpoint, replace_timing
+from tests.integration.conftest import StartRouter, StartSim, endpoint, eventually, replace_timing
 
 SHORT_SYSTEM = "You are a helpful assistant."
 LONG_SYSTEM = "You are the support agent of a large online shop; be precise and kind. " * 40
@@ -104,14 +105,17 @@ async def test_sessions_stick_by_header(start_sim: StartSim, start_router: Start
 async def test_a_hot_endpoint_is_held_within_the_load_bound(
     start_sim: StartSim, start_router: StartRouter
 ) -> None:
-    slow = replace_timing(decode_tokens_per_s=20, time_scale=0.5)  # each request ~0.2 s
+    # Each request lasts at least 5 s (100 tokens at 20/s, time scale 0.5): far longer than
+    # sending all 40 takes even on a loaded machine, so all are in flight together.
+    slow = replace_timing(decode_tokens_per_s=20, time_scale=0.5)
     router = await start_router(
         endpoint("ep-a", await pool(start_sim, 4, timing=slow), key="endpoint", load_factor=1.25)
     )
     async with aiohttp.ClientSession() as session:
         results = await asyncio.gather(
-            *(chat(session, router, [{"role": "user", "content": "same"}]) for _ in range(40))
-        )
+            *(chat(session, router, [{"role": "user", "content": "same"}], max_tokens=100)
+              for _ in range(40))
+        )  # fmt: skip
     counts = collections.Counter(member for member, _ in results)
     assert len(counts) == 4
     assert max(counts.values()) <= 13  # ceil(1.25 x 40 / 4): nobody melts
@@ -187,10 +191,11 @@ async def test_a_client_that_disconnects_cancels_the_upstream_request(
             await r.content.readline()
             assert metric(await scrape(session, sim), "vllm:num_requests_running") == 1
         # leaving the block closed the connection mid-stream
-        for _ in range(50):
-            if metric(await scrape(session, sim), "vllm:num_requests_running") == 0:
-                break
-            await asyncio.sleep(0.05)
+
+        async def stopped() -> bool:
+            return metric(await scrape(session, sim), "vllm:num_requests_running") == 0
+
+        await eventually("the upstream request to be cancelled", stopped)
         assert metric(await scrape(session, sim), "vllm:num_requests_running") == 0
 
 
@@ -348,23 +353,41 @@ async def test_prefix_breaks_are_counted_by_zone(
 async def test_the_static_file_reloads_without_dropping_requests(
     start_sim: StartSim, start_router: StartRouter, tmp_path: pathlib.Path
 ) -> None:
-    slow = replace_timing(decode_tokens_per_s=10, time_scale=1.0)
+    slow = replace_timing(decode_tokens_per_s=10, time_scale=1.0)  # 30 tokens: 3 s
     urls = await pool(start_sim, 3, timing=slow)
     path = tmp_path / "router.yaml"
     path.write_text(yaml.safe_dump({"endpoints": {"ep-a": {"members": urls[:1]}}}))
     membership = StaticMembership(path, interval=0.05)
     router = await start_router(membership=membership)
+
+    async def members() -> list[str]:
+        return [m.name for m in membership.endpoints["ep-a"].config.members]
+
     async with aiohttp.ClientSession() as session:
-        body = {"model": "ep-a", "prompt": "hello", "max_tokens": 8, "stream": True}
+        body = {"model": "ep-a", "prompt": "hello", "max_tokens": 30, "stream": True}
         async with session.post(f"{router}/v1/completions", json=body) as r:
             path.write_text(yaml.safe_dump({"endpoints": {"ep-a": {"members": urls[1:]}}}))
-            await asyncio.sleep(0.3)
-            assert re.findall(rb"data: ", await r.read())  # the request in flight completed
-        assert [m.name for m in membership.endpoints["ep-a"].config.members] == urls[1:]
+            await eventually("the reload", lambda: _equal(members(), urls[1:]))
+            assert not r.content.at_eof()  # the reload came while the request was in flight
+            streamed = await r.read()  # the request in flight was served whole
+            assert streamed.endswith(b"data: [DONE]\n\n")
+            assert len(re.findall(rb"data: ", streamed)) == 32  # 30 tokens, the finish, [DONE]
         path.write_text("endpoints: [this is not valid")
-        await asyncio.sleep(0.3)  # a broken file is ignored
+        await eventually(
+            "the broken file to be read and refused",
+            lambda: _metric_is(session, router, "kvpin_router_membership_errors_total", 1),
+        )
+        assert await members() == urls[1:]
         member, _ = await chat(session, router, [{"role": "user", "content": "hi"}])
     assert member in urls[1:]
+
+
+async def _equal(value: Awaitable[object], expected: object) -> bool:
+    return await value == expected
+
+
+async def _metric_is(session: aiohttp.ClientSession, url: str, name: str, value: float) -> bool:
+    return metric(await scrape(session, url), name) == value
 
 
 async def test_a_restarted_member_keeps_its_keys_at_a_new_address(

@@ -3,15 +3,11 @@ membership changed by publishing a new snapshot as the file and Kubernetes sourc
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
-
 import aiohttp
 
 from kvpin.router.config import parse_warmup
 from kvpin.router.membership.base import FixedMembership
-from tests.integration.conftest import StartRouter, StartSim, endpoint, replace_timing
+from tests.integration.conftest import StartRouter, StartSim, endpoint, eventually, replace_timing
 from tests.integration.test_router_http import LONG_SYSTEM, chat, metric, pool, scrape
 
 HOT = LONG_SYSTEM * 4  # ~11,500 characters, ~2,900 tokens: what every conversation starts with
@@ -20,13 +16,6 @@ CONFIGURED = "You answer questions about the warranty terms below. " * 200
 
 async def warmups(session: aiohttp.ClientSession, router: str, outcome: str) -> float:
     return metric(await scrape(session, router), "kvpin_router_warmups_total", outcome=outcome)
-
-
-async def until(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 20) -> None:
-    deadline = time.monotonic() + seconds
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 async def held(session: aiohttp.ClientSession, sim: str, system: str) -> int:
@@ -69,7 +58,7 @@ async def test_a_joining_member_is_warmed_before_it_takes_new_keys(
         async def done() -> bool:
             return await warmups(session, router, "warm") > warmed
 
-        await until(done, "the warm-up", seconds=30)
+        await eventually("the warm-up", done, within=30)
         assert await held(session, new, HOT) > 2500  # the hot head, from what the router saw
         assert await held(session, new, CONFIGURED) > 2000  # the configured prompt
         text = await scrape(session, router)
@@ -103,7 +92,7 @@ async def test_a_member_that_cannot_be_warmed_in_time_joins_anyway(
     async with aiohttp.ClientSession() as session:
         await chat(session, router, [system, {"role": "user", "content": "hello"}])
         membership.publish({"ep-a": endpoint("ep-a", [*urls, crawling], warmup=warmup)})
-        await until(lambda: warmups(session, router, "timeout"), "the warm-up to give up")
+        await eventually("the warm-up to give up", lambda: warmups(session, router, "timeout"))
         # it takes new keys now (once its engine has dropped the abandoned warm-up request)
         served: set[str] = set()
 
@@ -115,7 +104,7 @@ async def test_a_member_that_cannot_be_warmed_in_time_joins_anyway(
                 served.add(r.headers["X-Kvpin-Member"])
             return "pod-2" in served
 
-        await until(reached, "a request placed on the member")
+        await eventually("a request placed on the member", reached)
 
 
 async def test_live_conversations_stay_home_when_a_member_joins(

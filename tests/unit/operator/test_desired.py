@@ -1,8 +1,15 @@
+import json
+import os
+import pathlib
+import subprocess
+import sys
 from typing import Any
 
 from kvpin import api
 from kvpin.operator import desired, spec
 from tests import factories
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def render(**override: Any) -> tuple[dict, dict, dict | None]:
@@ -129,8 +136,22 @@ def test_pdb_only_from_two_replicas() -> None:
     }
 
 
-def test_rendering_is_deterministic() -> None:
-    assert render(**gpu_endpoint()) == render(**gpu_endpoint())
+def test_rendering_is_the_same_in_every_process() -> None:
+    """An operator restart must not roll every pool: the children rendered by another process
+    (another hash seed: set and dict orders differ) are byte for byte the same."""
+    code = (
+        "import json; from tests.unit.operator.test_desired import render, gpu_endpoint;"
+        "print(json.dumps(render(**gpu_endpoint())))"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2", "3")
+    }  # fmt: skip
+    assert len(outputs) == 1
+    assert json.loads(outputs.pop()) == json.loads(json.dumps(render(**gpu_endpoint())))
 
 
 def test_a_spec_change_changes_the_pod_template() -> None:
