@@ -143,8 +143,10 @@ def _run_router(args: argparse.Namespace) -> None:
     if args.auth_tokens_file:
         try:
             tokens = auth.parse_tokens(pathlib.Path(args.auth_tokens_file).read_text())
-        except auth.TokensError as err:
-            raise SystemExit(f"{args.auth_tokens_file}: {err}") from None
+        except (auth.TokensError, OSError, UnicodeDecodeError) as err:
+            raise SystemExit(f"--auth-tokens-file {args.auth_tokens_file}: {err}") from None
+        if not tokens:
+            raise SystemExit(f"--auth-tokens-file {args.auth_tokens_file}: no token in the file")
     settings = config.ProxySettings(
         timeouts=config.Timeouts(
             connect=args.connect_timeout,

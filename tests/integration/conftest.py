@@ -24,12 +24,14 @@ StartRouter = Callable[..., Awaitable[str]]
 FAST = Timing(time_scale=0.001)
 
 
-async def serve(app: web.Application, **options: Any) -> tuple[web.AppRunner, str]:
-    """Serve `app` on a free loopback port; the runner and base URL."""
+async def serve(
+    app: web.Application, *, port: int = 0, **options: Any
+) -> tuple[web.AppRunner, str]:
+    """Serve `app` on loopback (a free port unless given); the runner and base URL."""
     options = {"handler_cancellation": True, "access_log": None, **options}
     runner = web.AppRunner(app, **options)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     host, port = runner.addresses[0][:2]
     return runner, f"http://{host}:{port}"

@@ -21,8 +21,11 @@ from kvpin.router.config import ParseSettings, Timeouts
 from kvpin.router.membership.base import FixedMembership
 from kvpin.router.membership.static import StaticMembership
 from kvpin.router.outliers import OutlierSettings
+from kvpin.sim import server
+from kvpin.sim.config import SimConfig
 from tests.integration import upstreams
 from tests.integration.conftest import (
+    FAST,
     StartRouter,
     StartSim,
     endpoint,
@@ -443,3 +446,119 @@ async def test_an_unknown_expectation_gets_a_json_417(start_router: StartRouter)
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.split()[1] == b"417"
         assert json.loads(body)["error"]["code"] == "expectation_failed"
+
+
+def chat_body(content: str = "x", **extra: object) -> dict:
+    return {"model": "ep-a", "messages": [{"role": "user", "content": content}], **extra}
+
+
+async def test_when_every_member_fails_the_last_members_own_5xx_is_relayed(
+    start_upstream, start_router: StartRouter
+) -> None:
+    urls = [await start_upstream("busy-503"), await start_upstream("busy-503")]
+    router = await start_router(endpoint("ep-a", urls), max_attempts=2)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{router}/v1/chat/completions", json=chat_body()) as r,
+    ):
+        assert r.status == 503  # the engine's status, not the router's 502
+        error = (await r.json())["error"]
+        text = await scrape(session, router)
+    assert error["type"] == "overloaded"
+    assert error["message"].removeprefix("busy: ") in {u.removeprefix("http://") for u in urls}
+    assert metric(text, "kvpin_router_retries_total") == 1
+    assert metric(text, "kvpin_router_requests_total", code="503") == 1  # relayed, counted once
+
+
+async def test_when_every_member_hangs_up_the_client_gets_a_json_502(
+    start_upstream, start_router: StartRouter
+) -> None:
+    urls = [await start_upstream("hangup"), await start_upstream("hangup")]
+    router = await start_router(endpoint("ep-a", urls), max_attempts=2)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{router}/v1/chat/completions", json=chat_body()) as r,
+    ):
+        assert r.status == 502
+        body = await r.json()
+        assert "no member of `ep-a` answered (2 tried)" in body["error"]["message"]
+        assert r.headers["Retry-After"]
+        assert await settled(session, router) == 0
+
+
+async def test_a_stream_broken_mid_response_is_cut_never_finished(
+    start_upstream, start_router: StartRouter
+) -> None:
+    router = await start_router(endpoint("ep-a", [await start_upstream("broken-stream")]))
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{router}/v1/chat/completions", json=chat_body(stream=True)) as r:
+            assert r.status == 200
+            assert await r.content.readline() == b'data: {"choices": [{"text": "x"}]}\n'
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await r.read()  # the client sees a broken response, not a finished one
+        text = await scrape(session, router)
+        assert metric(text, "kvpin_router_errors_total", reason="upstream_broken") == 1
+        assert await settled(session, router) == 0
+
+
+async def test_the_routers_own_token_is_never_sent_upstream(
+    start_upstream, start_router: StartRouter
+) -> None:
+    url = await start_upstream("ok")
+    guarded = await start_router(endpoint("ep-a", [url]), tokens=auth.parse_tokens("s3cret"))
+    open_router = await start_router(endpoint("ep-a", [url]))
+    async with aiohttp.ClientSession() as session:
+        headers = {"Authorization": "Bearer s3cret"}
+        async with session.post(
+            f"{guarded}/v1/chat/completions", json=chat_body(), headers=headers
+        ) as r:
+            assert r.status == 200
+            seen = {k.lower() for k in (await r.json())["headers"]}
+        assert "authorization" not in seen
+        # Without tokens of its own the router does not authenticate: the engine's key passes.
+        headers = {"Authorization": "Bearer engine-key"}
+        async with session.post(
+            f"{open_router}/v1/chat/completions", json=chat_body(), headers=headers
+        ) as r:
+            seen_headers = (await r.json())["headers"]
+        assert {k.lower(): v for k, v in seen_headers.items()}["authorization"] == (
+            "Bearer engine-key"
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_an_unreachable_member_is_ejected_but_tried_when_all_are(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    port = free_port()  # nobody listens there yet
+    live = await start_sim()
+    router = await start_router(
+        endpoint("ep-a", [f"http://127.0.0.1:{port}", live]),
+        outliers=OutlierSettings(eject_seconds=3600),
+        max_attempts=2,
+    )
+    async with aiohttp.ClientSession() as session:
+        for i in range(6):  # whichever the key's owner, the dead member is passed over
+            member, _ = await chat(session, router, [{"role": "user", "content": f"q{i}"}])
+            assert member == "pod-1"
+        text = await scrape(session, router)
+        assert metric(text, "kvpin_router_ejections_total", member="pod-0") == 1
+        # The only member left is ejected too: the router tries it rather than refuse.
+        alone = await start_router(
+            endpoint("ep-a", [f"http://127.0.0.1:{port}"]),
+            outliers=OutlierSettings(eject_seconds=3600),
+        )
+        async with session.post(f"{alone}/v1/chat/completions", json=chat_body()) as r:
+            assert r.status == 502  # refused: ejected now
+        runner, _ = await serve(server.make_app(SimConfig(served_model_names=("ep-a",),
+                                                          timing=FAST)), port=port)  # fmt: skip
+        try:
+            member, _ = await chat(session, alone, [{"role": "user", "content": "back"}])
+            assert member == "pod-0"  # ejected, but all are: tried, and it answered
+        finally:
+            await runner.cleanup()

@@ -62,6 +62,33 @@ async def _endless(request: web.Request) -> web.StreamResponse:
         await response.write(chunk)
 
 
+async def _busy_503(request: web.Request) -> web.StreamResponse:
+    """An engine's own error answer, naming the engine that gave it."""
+    return web.json_response(
+        {"error": {"message": f"busy: {request.host}", "type": "overloaded"}}, status=503
+    )
+
+
+async def _hangup(request: web.Request) -> web.StreamResponse:
+    """The connection closes after the request, before any byte of an answer."""
+    await request.read()
+    assert request.transport is not None
+    request.transport.abort()
+    return web.Response()  # never sent
+
+
+async def _broken_stream(request: web.Request) -> web.StreamResponse:
+    """Two events of a stream, then the connection breaks without its end."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for _ in range(2):
+        await response.write(b'data: {"choices": [{"text": "x"}]}\n\n')
+    await asyncio.sleep(0.05)
+    assert request.transport is not None
+    request.transport.abort()
+    return response
+
+
 async def _slow(request: web.Request) -> web.StreamResponse:
     await asyncio.sleep(float(request.query.get("s", "3600")))
     return await _ok(request)
@@ -74,6 +101,9 @@ BEHAVIOURS = {
     "reset-500": _reset_500,
     "endless": _endless,
     "slow": _slow,
+    "busy-503": _busy_503,
+    "hangup": _hangup,
+    "broken-stream": _broken_stream,
 }
 
 
