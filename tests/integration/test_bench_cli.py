@@ -1,0 +1,56 @@
+"""`kvpin bench workload` and `kvpin bench trace` as users run them, tiny: every policy replays
+the same requests, nothing fails, and no policy beats the infinite-cache bound."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from kvpin.bench import traces
+
+KVPIN = pathlib.Path(sys.executable).parent / "kvpin"
+POLICIES = "kvpin,round-robin,oracle"
+
+
+def bench(*args: str) -> str:
+    done = subprocess.run([str(KVPIN), "bench", *args], capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    return done.stdout
+
+
+def check(rows: list[dict], requests: int) -> None:
+    assert [r["policy"] for r in rows] == POLICIES.split(",")
+    bounds = {round(r["bound"], 9) for r in rows}
+    assert len(bounds) == 1  # one workload, whatever the policy
+    for r in rows:
+        assert (r["requests"], r["errors"]) == (requests, 0), r["policy"]
+        assert 0 < r["hit_rate"] <= r["bound"] + 1e-9, r["policy"]
+        assert r["prefill_tokens"] > 0
+
+
+def test_the_workload_bench_replays_the_same_turns_through_every_policy(
+    tmp_path: pathlib.Path,
+) -> None:
+    out = tmp_path / "w.json"
+    table = bench("workload", "--variant", "agents", "--conversations", "6", "--turns", "3",
+                  "--agents", "2", "--system-words", "100", "--pods", "2", "--time-scale",
+                  "0.02", "--policies", POLICIES, "--json", str(out))  # fmt: skip
+    check(json.loads(out.read_text()), requests=18)
+    assert table.count("\n| ") >= 3
+
+
+@pytest.mark.parametrize("burst", [False, True])
+def test_the_trace_bench_replays_a_trace_file_open_loop(
+    tmp_path: pathlib.Path, burst: bool
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    requests = traces.synthetic(conversations=5, turns=3, duration_s=2.0, burst=burst, seed=5)
+    trace.write_text(traces.dumps(requests))
+    out = tmp_path / "t.json"
+    bench("trace", "--trace", str(trace), "--speed", "4", "--pods", "2", "--time-scale", "0.02",
+          "--policies", POLICIES, "--json", str(out))  # fmt: skip
+    check(json.loads(out.read_text()), requests=len(requests))
