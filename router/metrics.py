@@ -30,7 +30,7 @@ class RouterMetrics:
     ttfb: Histogram  # endpoint, member: time to the first response byte
     in_flight: Gauge  # endpoint, member
     retries: Counter  # endpoint
-    spills: Counter  # endpoint: the key's ring owner was over the loadFactor cap
+    spills: Counter  # endpoint: the request's home was over the loadFactor cap
     moves: Counter  # endpoint: placed off its home by the cost rule
     ejections: Counter  # endpoint, member
     ring_members: Gauge  # endpoint
@@ -89,7 +89,12 @@ def build_metrics() -> RouterMetrics:
         ttfb=histogram("time_to_first_byte_seconds", "Until the member's first byte."),
         in_flight=gauge("in_flight", "Requests in flight per member.", em),
         retries=counter("retries", "Requests retried on another member.", ep),
-        spills=counter("spills", "Requests whose key's member was over the loadFactor cap.", ep),
+        spills=counter(
+            "spills",
+            "Requests kept off their home (the member holding their prefix, else the key's "
+            "ring owner) because it was over the loadFactor cap.",
+            ep,
+        ),
         moves=counter("moves", "Requests moved off their home: another member was cheaper.", ep),
         ejections=counter("ejections", "Members ejected after a failure.", em),
         ring_members=gauge("ring_members", "Members on the ring.", ep),

@@ -23,7 +23,7 @@ The estimates are guesses (router.holdings says why); nothing here is trusted be
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +50,34 @@ class Candidate:
     def ttft(self, prompt_tokens: int) -> float:
         """Estimated seconds to the first token of a request of `prompt_tokens` there."""
         return (self.queued_tokens + max(0, prompt_tokens - self.cached_tokens)) / self.rate
+
+
+def holders(
+    walk: Sequence[str],
+    chars: Mapping[str, int],
+    *,
+    prompt_tokens: int,
+    previous_tokens: int,
+    tokens: Callable[[int], int],
+    slack_chars: int,
+) -> tuple[str | None, dict[str, int]]:
+    """The request's home among `walk`, and the tokens of it each member there probably holds.
+
+    `chars` is what the placement index says each member holds of the prompt (leading
+    characters). The home is the first member of the walk holding the longest prefix; a member
+    off the walk (tried, ejected, warming) is no home. A later turn whose previous prompt is
+    longer than anything this replica knows of it (by more than `slack_chars`: the index's
+    chunking) went through another replica: it is presumed on its ring owner, `walk[0]`, where
+    every replica sends a conversation it has not seen, holding the previous prompt.
+    """
+    reachable = {m: chars[m] for m in walk if chars.get(m)}
+    cached = {m: min(prompt_tokens, tokens(n)) for m, n in reachable.items()}
+    longest = max(reachable.values(), default=0)
+    home = next((m for m in walk if longest and reachable.get(m) == longest), None)
+    if previous_tokens > tokens(max(chars.values(), default=0) + slack_chars):
+        home = walk[0]
+        cached[home] = max(cached.get(home, 0), previous_tokens)
+    return home, cached
 
 
 @dataclasses.dataclass(frozen=True)

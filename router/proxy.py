@@ -31,6 +31,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -86,7 +87,7 @@ class Placed:
     """Where one attempt goes, and why."""
 
     member: api.RingMember
-    spilled: bool  # the key's ring owner was over the loadFactor cap
+    spilled: bool  # its home (else the key's ring owner) was over the loadFactor cap
     moved: bool  # the cost rule took it off its home
     uncached: int  # tokens the member is expected to compute
     alone: bool  # nothing was queued ahead of it there
@@ -295,9 +296,8 @@ class Proxy:
         Candidates are the key's walk without tried and ejected members; members over the
         `loadFactor` cap are passed over unless all are. What each holds comes from
         router.holdings (the prefix chunks this replica sent it: a conversation's previous
-        turns, a shared system prompt); the home is the first member of the walk holding the
-        longest prefix. A later turn of a conversation this replica has not seen is presumed
-        on its ring owner, where every replica sends it first.
+        turns, a shared system prompt); the home and what each holds are worked out by
+        placement.holders. A spill is a request whose home was over the cap.
         """
         ep, routing = endpoint.config.id, endpoint.config.routing
         now = time.monotonic()
@@ -315,32 +315,21 @@ class Proxy:
             walk, loads, load_factor=routing.load_factor, size=len(endpoint.ring)
         )
         held = self._holdings(ep).held(facts.scope, facts.chunks)
-        chars = {m: n * holdings.CHUNK_CHARS for m, n in held.items() if n}
-        longest = max(chars.values(), default=0)  # home: the first of the walk holding it
-        home = next((m.name for m in walk if longest and chars.get(m.name) == longest), None)
-        # The previous turn went through another router replica: this one knows less of the
-        # conversation than its previous prompt (a chunk short is only the chunking). It is
-        # presumed on its ring owner, where every replica sends an unseen conversation.
-        known = self.estimates.tokens(ep, longest + holdings.CHUNK_CHARS)
-        unseen = facts.previous_tokens > known
-        if unseen:
-            home = walk[0].name
-
-        def cached(member: str) -> int:
-            tokens = 0
-            if member in chars:
-                tokens = min(facts.prompt_tokens, self.estimates.tokens(ep, chars[member]))
-            if unseen and member == walk[0].name:
-                tokens = max(tokens, facts.previous_tokens)
-            return tokens
-
+        home, cached = placement.holders(
+            [m.name for m in walk],
+            {m: n * holdings.CHUNK_CHARS for m, n in held.items()},
+            prompt_tokens=facts.prompt_tokens,
+            previous_tokens=facts.previous_tokens,
+            tokens=functools.partial(self.estimates.tokens, ep),
+            slack_chars=holdings.CHUNK_CHARS,
+        )
         candidates = [
             placement.Candidate(
                 m.name,
                 self.estimates.queued(
                     ep, m.name, loads.get(m.name, 0), self.engines.get(m.url, now)
                 ),
-                cached(m.name),
+                cached.get(m.name, 0),
                 self.estimates.rate(ep, m.name, routing.prefill_tokens_per_s),
             )
             for m in capped
@@ -349,7 +338,7 @@ class Proxy:
         chosen = next(c for c in candidates if c.name == decision.member)
         return Placed(
             member=endpoint.ring.members[decision.member],
-            spilled=walk[0] not in capped,
+            spilled=all(c.name != (home or walk[0].name) for c in candidates),
             moved=decision.moved,
             uncached=max(0, facts.prompt_tokens - chosen.cached_tokens),
             alone=chosen.queued_tokens == 0,

@@ -57,3 +57,39 @@ def test_rates_weigh_members_differently() -> None:
     slow_home = c("home", queued=0, cached=10_000, rate=1_000)  # 10 s for 10k uncached
     fast = c("fast", rate=100_000)  # 0.2 s for all 20k
     assert placement.decide([slow_home, fast], "home", 20_000, S).member == "fast"
+
+
+def tokens(chars: int) -> int:
+    return chars // 4  # 4 characters a token
+
+
+def holders(walk: list[str], chars: dict[str, int], prompt: int = 10_000, previous: int = 0):
+    return placement.holders(walk, chars, prompt_tokens=prompt, previous_tokens=previous,
+                             tokens=tokens, slack_chars=4096)  # fmt: skip
+
+
+def test_the_home_is_the_first_member_of_the_walk_holding_the_longest_prefix() -> None:
+    home, cached = holders(["a", "b", "c"], {"c": 8192, "b": 8192, "a": 4096})
+    assert home == "b"  # b and c hold as much; b comes first in the walk
+    assert cached == {"a": 1024, "b": 2048, "c": 2048}
+    assert holders(["a", "b"], {}) == (None, {})
+    assert holders(["a", "b"], {"a": 0}) == (None, {})  # holding nothing is no home
+
+
+def test_a_member_off_the_walk_is_no_home_and_what_it_holds_counts_nowhere() -> None:
+    home, cached = holders(["b", "c"], {"a": 40_960, "c": 4096})  # a was tried or ejected
+    assert (home, cached) == ("c", {"c": 1024})
+
+
+def test_what_a_member_holds_never_exceeds_the_prompt() -> None:
+    assert holders(["a"], {"a": 80_000}, prompt=5000)[1] == {"a": 5000}
+
+
+def test_a_turn_another_replica_placed_is_presumed_on_its_ring_owner() -> None:
+    # previous prompt 6,000 tokens; this replica knows 2,048 (+ a chunk of slack: 3,072)
+    home, cached = holders(["a", "b"], {"b": 8192}, previous=6000)
+    assert home == "a" and cached == {"a": 6000, "b": 2048}
+    # within a chunk of what is known: only the chunking, not another replica's turn
+    assert holders(["a", "b"], {"b": 8192}, previous=3072) == ("b", {"b": 2048})
+    # known on a member off the walk: no presumption either
+    assert holders(["b"], {"a": 24_576}, previous=6000) == (None, {})

@@ -1,0 +1,113 @@
+"""The router's choice for one attempt (Proxy.choose) on a real Proxy with no network: the
+placement index, in-flight loads and outlier state are set the way traffic would leave them.
+Expected members are worked out from the ring walk and the rules, not taken from a run."""
+
+from __future__ import annotations
+
+import hashlib
+
+from kvpin import api
+from kvpin.router import holdings
+from kvpin.router.config import EndpointConfig, ProxySettings, RoutingConfig
+from kvpin.router.membership.base import FixedMembership
+from kvpin.router.metrics import build_metrics
+from kvpin.router.proxy import Facts, Proxy
+
+NAMES = ("pod-a", "pod-b", "pod-c")
+SCOPE = b""
+
+
+async def proxy_for(**routing: object) -> tuple[Proxy, object]:
+    members = tuple(api.RingMember(n, f"127.0.0.1:{9000 + i}") for i, n in enumerate(NAMES))
+    config = EndpointConfig("ep", members, RoutingConfig(**routing))  # type: ignore[arg-type]
+    membership = FixedMembership({"ep": config})
+    proxy = Proxy(membership, ProxySettings(engine_metrics_interval=0), build_metrics())
+    await membership.start()
+    return proxy, membership.endpoints["ep"]
+
+
+def chunks(conversation: str, n: int) -> bytes:
+    return b"".join(
+        hashlib.blake2b(f"{conversation}/{i}".encode(), digest_size=holdings.HASH_BYTES).digest()
+        for i in range(n)
+    )
+
+
+def facts(key: str, n_chunks: int, *, previous_tokens: int = 0) -> Facts:
+    chars = n_chunks * holdings.CHUNK_CHARS + 400  # the chunks and a short new user turn
+    return Facts(key=key, scope=SCOPE, chunks=chunks(key, n_chunks), prompt_chars=chars,
+                 prompt_tokens=chars // 4, previous_tokens=previous_tokens)  # fmt: skip
+
+
+def walk(endpoint, key: str) -> list[str]:  # type: ignore[no-untyped-def]
+    return [m.name for m in endpoint.ring.walk(key)]
+
+
+async def test_a_later_turn_goes_home_even_when_home_is_not_its_ring_owner() -> None:
+    proxy, endpoint = await proxy_for()
+    order = walk(endpoint, "conv-1")
+    home = order[2]  # where an earlier turn was placed (a move, say)
+    proxy._holdings("ep").record(SCOPE, chunks("conv-1", 10), home)
+    placed = proxy.choose(endpoint, facts("conv-1", 10), set())
+    assert placed.member.name == home
+    assert not placed.spilled and not placed.moved
+    assert placed.uncached == 100  # the new turn's 400 characters at 4 per token
+
+
+async def test_a_busy_ring_owner_is_no_spill_for_a_conversation_at_home_elsewhere() -> None:
+    proxy, endpoint = await proxy_for(load_factor=1.0)
+    order = walk(endpoint, "conv-2")
+    home = order[1]
+    proxy._holdings("ep").record(SCOPE, chunks("conv-2", 10), home)
+    proxy.loads["ep"][order[0]] = 6  # bound max(2, ceil(7 / 3)) = 3: the owner is over it
+    placed = proxy.choose(endpoint, facts("conv-2", 10), set())
+    assert placed.member.name == home
+    assert not placed.spilled  # the owner was over the cap, but nothing was kept off its home
+
+
+async def test_a_home_over_the_cap_is_passed_over_and_that_is_a_spill() -> None:
+    proxy, endpoint = await proxy_for(load_factor=1.0)
+    order = walk(endpoint, "conv-3")
+    home = order[1]
+    proxy._holdings("ep").record(SCOPE, chunks("conv-3", 10), home)
+    proxy.loads["ep"][home] = 6
+    placed = proxy.choose(endpoint, facts("conv-3", 10), set())
+    assert placed.member.name == order[0]  # nothing cached elsewhere: the walk's first
+    assert placed.spilled
+
+
+async def test_a_retry_skips_the_tried_member_and_everyone_ejected_is_still_tried() -> None:
+    proxy, endpoint = await proxy_for()
+    order = walk(endpoint, "conv-4")
+    proxy._holdings("ep").record(SCOPE, chunks("conv-4", 10), order[0])
+    retry = proxy.choose(endpoint, facts("conv-4", 10), {order[0]})
+    assert retry.member.name != order[0]
+    for name in NAMES:
+        proxy.outliers.unreachable("ep", name, now=1e12)  # ejected far into the future
+    assert proxy.choose(endpoint, facts("conv-4", 10), set()).member.name == order[0]
+
+
+async def test_an_unseen_later_turn_goes_to_its_ring_owner_on_every_replica() -> None:
+    # Two replicas: one placed the earlier turns (on a member that is not the ring owner);
+    # the other has never seen the conversation. Its previous prompt (10 chunks) is longer
+    # than anything the second replica knows, so it presumes the ring owner holds it.
+    first, endpoint = await proxy_for()
+    second, _ = await proxy_for()
+    order = walk(endpoint, "conv-5")
+    first._holdings("ep").record(SCOPE, chunks("conv-5", 10), order[1])
+    later = facts("conv-5", 11, previous_tokens=10 * holdings.CHUNK_CHARS // 4)
+    assert first.choose(endpoint, later, set()).member.name == order[1]
+    unseen = second.choose(endpoint, later, set())
+    assert unseen.member.name == order[0]
+    assert unseen.uncached == later.prompt_tokens - later.previous_tokens
+
+
+async def test_replicas_with_the_same_state_make_the_same_choice() -> None:
+    a, endpoint = await proxy_for()
+    b, _ = await proxy_for()
+    for i in range(40):
+        key = f"new-{i}"
+        assert (
+            a.choose(endpoint, facts(key, 3), set()).member.name
+            == b.choose(endpoint, facts(key, 3), set()).member.name
+        )
