@@ -289,9 +289,9 @@ def _pod(raw: Mapping[str, Any]) -> PodOverrides:
         image_pull_secrets=tuple(
             str(s["name"]) if isinstance(s, Mapping) else str(s) for s in secrets
         ),
-        labels={str(k): str(v) for k, v in _mapping(raw.get("labels", {}), "labels").items()},
+        labels={str(k): str(v) for k, v in _mapping(raw.get("labels", {}), "spec.pod.labels").items()},
         annotations={
-            str(k): str(v) for k, v in _mapping(raw.get("annotations", {}), "annotations").items()
+            str(k): str(v) for k, v in _mapping(raw.get("annotations", {}), "spec.pod.annotations").items()
         },
         env_from=_mappings(raw.get("envFrom", []), "spec.pod.envFrom"),
         affinity=_mapping(raw.get("affinity", {}), "spec.pod.affinity"),
