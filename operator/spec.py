@@ -289,10 +289,8 @@ def _pod(raw: Mapping[str, Any]) -> PodOverrides:
         image_pull_secrets=tuple(
             str(s["name"]) if isinstance(s, Mapping) else str(s) for s in secrets
         ),
-        labels={str(k): str(v) for k, v in _mapping(raw.get("labels", {}), "spec.pod.labels").items()},
-        annotations={
-            str(k): str(v) for k, v in _mapping(raw.get("annotations", {}), "spec.pod.annotations").items()
-        },
+        labels=_string_map(raw.get("labels", {}), "spec.pod.labels"),
+        annotations=_string_map(raw.get("annotations", {}), "spec.pod.annotations"),
         env_from=_mappings(raw.get("envFrom", []), "spec.pod.envFrom"),
         affinity=_mapping(raw.get("affinity", {}), "spec.pod.affinity"),
         topology_spread_constraints=_mappings(
@@ -322,6 +320,10 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise SpecError(f"{where} must be an object")
     return value
+
+
+def _string_map(value: Any, where: str) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _mapping(value, where).items()}
 
 
 def _mappings(value: Any, where: str) -> tuple[Mapping[str, Any], ...]:
