@@ -2,8 +2,8 @@
 # Mutation testing of the pure core with mutmut: plant one small bug at a time (a flipped
 # comparison, an off-by-one, a dropped argument) and check that some unit test fails.
 #
-#   hack/mutation.sh [MODULE...]   mutate these modules (default: every module in MODULES),
-#                                  print the per-module score table, keep the results
+#   hack/mutation.sh [MODULE...]   mutate these modules afresh (default: every module in
+#                                  MODULES), print the per-module score table
 #   hack/mutation.sh --report      print the table of the last run again
 #
 # MODULE is a path in the repository (router/ring.py). The run happens in a staging copy,
@@ -42,8 +42,8 @@ fi
 
 [ -x "$venv/mutmut" ] || "$venv/pip" install --quiet -e "$root[mutation]"
 
-# Stage: the package as it installs, plus the tests. Earlier results are kept for modules
-# whose source did not change (mutmut checks), so a rerun after one fix is quick.
+# Stage: the package as it installs, plus the tests. The modules asked for are mutated and
+# tested afresh (tests may have changed since); others keep their last results for --report.
 data=(tests crds helm examples hack .github kind-config.yaml)
 rm -rf "$stage/src" "${data[@]/#/$stage/}"
 mkdir -p "$stage/src"
@@ -57,6 +57,7 @@ for m in "${MODULES[@]}"; do only+="\"src/kvpin/$m\", "; done
 sed -e "s|@ONLY@|${only%, }|" "$root/hack/mutation.toml" >"$stage/pyproject.toml"
 
 cd "$stage"
+for m in "${MODULES[@]}"; do rm -f "mutants/src/kvpin/$m" "mutants/src/kvpin/$m.meta"; done
 # mutmut reuses a file's mutants while its source is older than them (cp -p keeps the
 # sources' times); files it only copied last time, unmutated, must be mutated afresh.
 if [ -d mutants/src ]; then

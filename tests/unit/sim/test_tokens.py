@@ -1,3 +1,7 @@
+import json
+
+import pytest
+
 from kvpin.sim import tokens
 
 SYSTEM = {"role": "system", "content": "You are a careful support agent."}
@@ -62,3 +66,63 @@ def test_a_real_tokenizer_file_can_replace_the_word_tokenizer(tmp_path) -> None:
     tok.save(str(path))
     encode = tokens.load_tokenizer(str(path))
     assert encode("hello world nope") == [1, 2, 0]
+
+
+def words(text: str) -> list[int]:
+    """The documented tokenizer, written out: one CRC-32 per piece, the 0x100 bit set."""
+    import re
+    import zlib
+
+    return [zlib.crc32(p.encode()) | 0x100 for p in re.findall(r"\w+|[^\w\s]|\s+", text)]
+
+
+S, E = tokens.IM_START, tokens.IM_END
+
+
+def test_the_word_tokenizer_is_the_documented_one() -> None:
+    text = "Où est-il? 42 times\n\tok"
+    assert tokens.tokenize(text) == words(text)
+    assert len(tokens.tokenize(text)) == 12  # Où,' ',est,-,il,?,' ',42,' ',times,'\n\t',ok
+    assert tokens.tokenize("") == []
+
+
+def test_the_chat_template_is_the_documented_layout() -> None:
+    call = [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Order 7?"},
+        {"role": "assistant", "content": None, "tool_calls": call},
+        {"role": "tool", "content": [{"type": "text", "text": "shipped"}, "junk"]},
+        {"content": "no role"},
+    ]
+    tools_json = json.dumps(TOOLS, sort_keys=True, separators=(",", ":"))
+    calls_json = json.dumps(call, sort_keys=True, separators=(",", ":"))
+    expected = [
+        *[S, *words("system\nBe brief."), *words("\n# Tools\n" + tools_json), E, *words("\n")],
+        *[S, *words("user\nOrder 7?"), E, *words("\n")],
+        *[S, *words("assistant\n" + calls_json), E, *words("\n")],
+        *[S, *words("tool\nshipped"), E, *words("\n")],
+        *[S, *words("user\nno role"), E, *words("\n")],
+        *[S, *words("assistant\n")],
+    ]
+    assert tokens.render_chat(messages, TOOLS) == expected
+
+
+def test_the_head_without_a_system_prompt_or_without_tools() -> None:
+    user = {"role": "user", "content": "hi"}
+    tail = [S, *words("user\nhi"), E, *words("\n"), S, *words("assistant\n")]
+    tools_json = json.dumps(TOOLS, sort_keys=True, separators=(",", ":"))
+    assert tokens.render_chat([user], TOOLS) == [
+        S, *words("system\n"), *words("\n# Tools\n" + tools_json), E, *words("\n"), *tail
+    ]  # fmt: skip
+    assert tokens.render_chat([user]) == tail
+    developer = {"role": "developer", "content": "Rules."}
+    assert tokens.render_chat([developer, user]) == [
+        S, *words("system\nRules."), E, *words("\n"), *tail
+    ]  # fmt: skip
+    assert tokens.render_chat([]) == [S, *words("assistant\n")]
+
+
+def test_content_that_is_neither_text_nor_parts_is_refused() -> None:
+    with pytest.raises(TypeError, match="content must be a string or a list"):
+        tokens.render_chat([{"role": "user", "content": 42}])
