@@ -69,3 +69,79 @@ def test_the_sim_preset_is_a_valid_kvpin_sim_command_line() -> None:
     assert (args.command, args.port, args.kv_cache_bytes) == ("sim", 8000, 512 * 2**20)
     assert args.served_model_name == ["ep-test"]
     assert args.time_scale == 0.5
+
+
+ENV = (("KVPIN_ENDPOINT_ID", "support"), ("KVPIN_MODEL", "meta-llama/Llama-3.1-8B-Instruct"))
+
+
+def parsed(**override: object) -> spec.EndpointSpec:
+    body = factories.endpoint(model="meta-llama/Llama-3.1-8B-Instruct", endpointId="support",
+                              **override)  # fmt: skip
+    return spec.parse(body)
+
+
+def test_every_preset_renders_its_whole_command_line() -> None:
+    vllm = engines.build_runtime(
+        parsed(engine={"preset": "vllm"}, vramReservation="30Gi",
+               gpu={"count": 3, "product": "NVIDIA-A100-SXM4-80GB"}),
+        sim_image="unused",
+    )  # fmt: skip
+    assert vllm == engines.EngineRuntime(
+        "vllm/vllm-openai:v0.11.0", ("vllm", "serve"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "--host", "0.0.0.0", "--port", "8000",
+         "--served-model-name", "support", "meta-llama/Llama-3.1-8B-Instruct",
+         "--tensor-parallel-size", "3", "--enable-prefix-caching",
+         "--enable-prompt-tokens-details", "--kv-cache-memory-bytes", str(10 * 2**30)),
+        (*ENV, ("KVPIN_VRAM_RESERVATION_BYTES", str(30 * 2**30))),
+    )  # fmt: skip
+    sglang = engines.build_runtime(
+        parsed(engine={"preset": "sglang", "port": 30000}, vramReservation="40Gi",
+               gpu={"count": 2, "memory": "80Gi"}),
+        sim_image="unused",
+    )  # fmt: skip
+    assert sglang == engines.EngineRuntime(
+        "lmsysorg/sglang:v0.5.3", ("python3", "-m", "sglang.launch_server"),
+        ("--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--host", "0.0.0.0",
+         "--port", "30000", "--served-model-name", "support", "--tp", "2",
+         "--enable-cache-report", "--mem-fraction-static", "0.250"),
+        (*ENV, ("KVPIN_VRAM_RESERVATION_BYTES", str(40 * 2**30))),
+    )  # fmt: skip
+    sim = engines.build_runtime(
+        parsed(engine={"preset": "sim", "args": ["--time-scale", "0.1"]},
+               vramReservation="512Mi", gpu={"count": 0}),
+        sim_image="kvpin:1",
+    )  # fmt: skip
+    assert sim == engines.EngineRuntime(
+        "kvpin:1", ("kvpin", "sim"),
+        ("--host", "0.0.0.0", "--port", "8000", "--model", "meta-llama/Llama-3.1-8B-Instruct",
+         "--served-model-name", "support", "--kv-cache-bytes", str(512 * 2**20),
+         "--time-scale", "0.1"),
+        (*ENV, ("KVPIN_VRAM_RESERVATION_BYTES", str(512 * 2**20))),
+    )  # fmt: skip
+
+
+def test_a_given_image_and_command_replace_the_presets() -> None:
+    runtime = engines.build_runtime(
+        parsed(engine={"preset": "vllm", "image": "my/vllm:dev", "command": ["python", "-m",
+               "vllm.entrypoints.openai.api_server"]}, gpu={"count": 1}),
+        sim_image="unused",
+    )  # fmt: skip
+    assert runtime.image == "my/vllm:dev"
+    assert runtime.command == ("python", "-m", "vllm.entrypoints.openai.api_server")
+
+
+def test_sglang_caps_its_fraction_and_counts_every_gpu() -> None:
+    # 150Gi of 2 x 80Gi is 0.9375; 79Gi of one 80Gi GPU would be 0.9875: capped at 0.95
+    two = parsed(engine={"preset": "sglang"}, vramReservation="150Gi",
+                 gpu={"count": 2, "memory": "80Gi"})  # fmt: skip
+    one = parsed(engine={"preset": "sglang"}, vramReservation="79Gi",
+                 gpu={"count": 1, "memory": "80Gi"})  # fmt: skip
+    fraction = [engines.build_runtime(s, sim_image="x").args for s in (two, one)]
+    assert [a[a.index("--mem-fraction-static") + 1] for a in fraction] == ["0.938", "0.950"]
+    with pytest.raises(spec.SpecError) as refused:
+        engines.build_runtime(parsed(engine={"preset": "sglang"}, gpu={"count": 1}),
+                              sim_image="x")  # fmt: skip
+    assert str(refused.value) == (
+        "the sglang engine sizes its cache as a fraction of GPU memory: set spec.gpu.product to "
+        "a known GPU or spec.gpu.memory"
+    )
