@@ -24,7 +24,10 @@ def test_invalid_spec_applies_nothing() -> None:
     todo = build(factories.endpoint(replicas=-3))
     assert todo.apply == ()
     assert todo.problem is not None
-    assert todo.problem.reason == status.REASON_INVALID_SPEC
+    assert todo.problem == status.Problem(
+        status.REASON_INVALID_SPEC, "spec.replicas must be at least 0"
+    )
+    assert todo.endpoint is None and todo.delete == ()
 
 
 def test_the_older_claim_on_an_endpoint_id_wins() -> None:
@@ -34,8 +37,12 @@ def test_the_older_claim_on_an_endpoint_id_wins() -> None:
     loser = build(newer, [older, newer])
     assert loser.apply == ()
     assert loser.problem is not None
-    assert loser.problem.reason == status.REASON_ENDPOINT_ID_CONFLICT
-    assert "ep-a" in loser.problem.message
+    assert loser.problem == status.Problem(
+        status.REASON_ENDPOINT_ID_CONFLICT,
+        "endpoint id 'ep-x' is already claimed by CachedEndpoint ep-a; "
+        "change spec.endpointId",
+    )
+    assert loser.endpoint is not None and loser.endpoint.endpoint_id == "ep-x"
 
 
 def test_an_endpoint_id_defaults_to_the_name_when_claims_are_compared() -> None:
