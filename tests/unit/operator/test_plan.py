@@ -39,8 +39,7 @@ def test_the_older_claim_on_an_endpoint_id_wins() -> None:
     assert loser.problem is not None
     assert loser.problem == status.Problem(
         status.REASON_ENDPOINT_ID_CONFLICT,
-        "endpoint id 'ep-x' is already claimed by CachedEndpoint ep-a; "
-        "change spec.endpointId",
+        "endpoint id 'ep-x' is already claimed by CachedEndpoint ep-a; change spec.endpointId",
     )
     assert loser.endpoint is not None and loser.endpoint.endpoint_id == "ep-x"
 

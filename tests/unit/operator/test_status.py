@@ -199,3 +199,156 @@ def test_only_pods_the_statefulset_made_join() -> None:
     assert not status.made_by(stray, sts)
     assert not status.made_by(mine, {"metadata": {"uid": "another"}})
     assert not status.made_by(mine, None)
+
+
+def messages(st):
+    """Every condition whole, as `kubectl describe` shows it."""
+    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in st["conditions"]}
+
+
+def test_the_whole_status_of_a_settled_pool() -> None:
+    pods = [factories.pod("ep-test-0", ip="10.0.0.1"), factories.pod("ep-test-1", ip="10.0.0.2")]
+    st = compute(pods)
+    ring = st.pop("ring")
+    assert ring["members"] == [{"name": "ep-test-0", "address": "10.0.0.1:8000"},
+                               {"name": "ep-test-1", "address": "10.0.0.2:8000"}]  # fmt: skip
+    times = {"observedGeneration": 3, "lastTransitionTime": NOW}
+    assert st == {
+        "observedGeneration": 3, "endpointId": "ep-test", "replicas": 2, "readyReplicas": 2,
+        "selector": "kvpin.dev/endpoint=ep-test", "vramReservation": "1Gi",
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "AllReplicasReady",
+             "message": "2/2 replicas ready", **times},
+            {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+             "message": "2 serving", **times},
+            {"type": "Progressing", "status": "False", "reason": "Complete",
+             "message": "the pool matches the spec", **times},
+            {"type": "Degraded", "status": "False", "reason": "AsExpected",
+             "message": "reconciled", **times},
+        ],
+    }  # fmt: skip
+
+
+def test_every_progressing_state_says_what_is_under_way() -> None:
+    two = [factories.pod("ep-test-0"), factories.pod("ep-test-1", ip="10.0.0.2")]
+    cases = [
+        ({"sts": {}}, two, ("True", "Scaling", "creating the StatefulSet")),
+        ({"sts": factories.statefulset(generation=2, observed=1)}, two,
+         ("True", "SpecNotObserved",
+          "the StatefulSet controller has not acted on the latest spec yet")),
+        ({"sts": factories.statefulset(update="r2", updated=1)}, two,
+         ("True", "RollingUpdate", "1/2 pods on the new revision")),
+        ({}, two[:1], ("True", "Scaling", "1/2 ready, 1 pods exist")),
+        ({}, [two[0], factories.pod("ep-test-1", ready=False)],
+         ("True", "Scaling", "1/2 ready, 2 pods exist")),
+        ({"desired": 1}, two, ("True", "Scaling", "2/1 ready, 2 pods exist")),
+        ({}, two, ("False", "Complete", "the pool matches the spec")),
+    ]  # fmt: skip
+    for options, pods, expected in cases:
+        if options.get("sts") == {}:  # no StatefulSet yet
+            st = status.compute_status(
+                generation=3, desired_replicas=2, endpoint_id="ep-test", selector="s",
+                vram_reservation="1Gi", pods=pods, statefulset=None, default_port=8000,
+                problem=None, previous={}, now=NOW,
+            )  # fmt: skip
+        else:
+            st = compute(pods, **options)
+        assert messages(st)["Progressing"] == expected, options
+
+
+def test_ready_available_and_degraded_say_why() -> None:
+    assert messages(compute([], desired=0))["Ready"] == (
+        "False", "ScaledToZero", "the endpoint has no replicas"
+    )  # fmt: skip
+    one = compute([factories.pod("ep-test-0"), factories.pod("ep-test-1", ready=False)])
+    assert messages(one)["Ready"] == ("False", "ReplicasNotReady", "1/2 replicas ready")
+    assert messages(one)["Available"] == ("True", "MinimumReplicasAvailable", "1 serving")
+    none = compute([factories.pod("ep-test-0", ready=False)])
+    assert messages(none)["Available"] == ("False", "NoReplicasAvailable", "no pod is serving")
+    bad = compute([], problem=status.Problem("InvalidSpec", "spec.replicas must be at least 0"))
+    assert messages(bad)["Degraded"] == ("True", "InvalidSpec", "spec.replicas must be at least 0")
+
+
+def failing_pod(name: str, **status_fields) -> dict:
+    pod = factories.pod(name, ready=False)
+    pod["status"].update(status_fields)
+    return pod
+
+
+def test_pod_failures_name_the_pod_the_container_and_the_kubelets_words() -> None:
+    unschedulable = failing_pod("ep-test-1", conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}])  # fmt: skip
+    crash = failing_pod("ep-test-0", initContainerStatuses=[
+        {"name": "fetch", "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                                "message": "back-off 5m0s"}}}])  # fmt: skip
+    pull = failing_pod("ep-test-2", containerStatuses=[
+        {"name": "engine", "state": {"waiting": {"reason": "ImagePullBackOff"}}}])  # fmt: skip
+    creating = failing_pod("ep-test-3", containerStatuses=[
+        {"name": "engine", "state": {"waiting": {"reason": "ContainerCreating"}}}])  # fmt: skip
+    assert status.pod_failure([unschedulable, crash]) == status.Problem(
+        "CrashLoopBackOff", "pod ep-test-0, container fetch: back-off 5m0s"
+    )  # the first pod by name
+    assert status.pod_failure([unschedulable]) == status.Problem(
+        "Unschedulable", "pod ep-test-1: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    )
+    assert status.pod_failure([pull]) == status.Problem(
+        "ImagePullBackOff", "pod ep-test-2, container engine:"
+    )
+    assert status.pod_failure([creating]) is None  # starting, not failing
+    assert messages(compute([creating, pull], desired=2))["Degraded"] == (
+        "True", "ImagePullBackOff", "pod ep-test-2, container engine:"
+    )  # fmt: skip
+
+
+def test_the_progress_deadline_is_the_one_given_and_is_strict() -> None:
+    started = {"type": "Progressing", "status": "True", "reason": "Scaling",
+               "message": "1/2 ready, 1 pods exist", "lastTransitionTime": NOW}  # fmt: skip
+    pods = [factories.pod("ep-test-0")]
+
+    def at(seconds: int, deadline: int) -> tuple:
+        stamp = f"2026-01-01T00:{(10 + seconds) // 60:02d}:{(10 + seconds) % 60:02d}Z"
+        return messages(status.compute_status(
+            generation=3, desired_replicas=2, endpoint_id="ep-test", selector="s",
+            vram_reservation="1Gi", pods=pods, statefulset=factories.statefulset(),
+            default_port=8000, problem=None, previous={"conditions": [started]}, now=stamp,
+            progress_deadline_s=deadline,
+        ))["Progressing"]  # fmt: skip
+
+    assert at(60, 60) == ("True", "Scaling", "1/2 ready, 1 pods exist")  # exactly at: not yet
+    assert at(61, 60) == ("False", "ProgressDeadlineExceeded",
+                          "no completion in 60s: 1/2 ready, 1 pods exist")  # fmt: skip
+    assert at(61, 120)[0] == "True"
+
+
+def test_every_event_says_what_changed() -> None:
+    pods = [factories.pod("ep-test-0", ip="10.0.0.1"), factories.pod("ep-test-1", ip="10.0.0.2")]
+    settled = compute(pods)
+    rolling = compute(pods, sts=factories.statefulset(update="r2", updated=0))
+    scaled = compute(pods, desired=3)
+    degraded = compute(pods, problem=status.Problem("ChildNotOwned", "Service ep-test exists"))
+    empty = compute([])
+    version = settled["ring"]["version"]
+    assert status.compute_events(empty, settled) == [
+        status.Event("Normal", "RingChanged", f"ring {version}: 2 members (ep-test-0, ep-test-1)")
+    ]
+    assert status.compute_events(settled, empty) == [
+        status.Event("Normal", "RingChanged", f"ring {empty['ring']['version']}: 0 members (none)")
+    ]
+    assert status.compute_events(settled, rolling) == [
+        status.Event("Normal", "RolloutStarted", "0/2 pods on the new revision")
+    ]
+    assert status.compute_events(rolling, settled) == [
+        status.Event("Normal", "RolloutFinished", "all pods on the new revision")
+    ]
+    assert status.compute_events(settled, scaled)[0] == status.Event(
+        "Normal", "Scaled", "replicas 2 -> 3"
+    )
+    assert status.compute_events(settled, degraded) == [
+        status.Event("Warning", "Degraded", "ChildNotOwned: Service ep-test exists")
+    ]
+    assert status.compute_events(degraded, degraded) == []
+    assert status.compute_events(degraded, settled) == [
+        status.Event("Normal", "Recovered", "the endpoint reconciles again")
+    ]
+    assert status.compute_events({}, settled)[-1].reason == "RingChanged"  # no "replicas" yet
