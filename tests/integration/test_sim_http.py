@@ -82,19 +82,23 @@ async def test_a_cache_hit_lowers_time_to_first_token(start_sim: StartSim) -> No
     prompt = list(range(1, 2001))  # 1 s of prefill when cold, 0.2 s of wall time
     async with aiohttp.ClientSession() as session:
 
-        async def first_token() -> float:
+        async def first_token(tokens: list[int]) -> float:
             started = time.monotonic()
             async with session.post(f"{url}/v1/completions", json={
-                "model": "sim-8b", "prompt": prompt, "max_tokens": 2, "stream": True,
+                "model": "sim-8b", "prompt": tokens, "max_tokens": 2, "stream": True,
             }) as response:  # fmt: skip
                 await response.content.readline()
                 elapsed = time.monotonic() - started
                 await response.read()
             return elapsed
 
-        cold, warm = await first_token(), await first_token()
-    assert cold > 0.15
-    assert warm < cold / 3
+        cold = await first_token(prompt)
+        # the same prompt again, beside a cold one sent at the same moment: first to answer
+        warm, other = await asyncio.gather(
+            first_token(prompt), first_token(list(range(5001, 7001)))
+        )
+    assert cold >= 0.2 * 0.9  # a lower bound: load only makes it slower
+    assert warm < other
 
 
 @pytest.mark.parametrize(
