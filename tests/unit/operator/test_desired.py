@@ -228,3 +228,106 @@ def test_day_two_pod_settings_pass_through_and_gpu_affinity_is_kept() -> None:
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
     one_gpu = render(**gpu_endpoint(gpu={"count": 1, "product": "NVIDIA-A100-SXM4-80GB"}))
     assert "volumes" not in one_gpu[0]["spec"]["template"]["spec"]  # one GPU: none needed
+
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def test_the_whole_statefulset_and_service_of_a_tensor_parallel_endpoint() -> None:
+    """Every field, written out: what `kubectl get -o yaml` shows for a 2-GPU vLLM pool."""
+    sts, svc, pdb = render(**gpu_endpoint(
+        endpointId="support", replicas=3, drain={"leaveRingSeconds": 5, "gracePeriodSeconds": 60},
+        pod={"env": [{"name": "HF_HOME", "value": "/cache"}], "labels": {"team": "a"},
+             "annotations": {"note": "x"}, "serviceAccountName": "engine",
+             "imagePullSecrets": [{"name": "hub"}], "priorityClassName": "gpu-high",
+             "runtimeClassName": "nvidia", "securityContext": {"runAsNonRoot": True},
+             "resources": {"limits": {"memory": "64Gi"}}},
+    ))  # fmt: skip
+    labels = {"kvpin.dev/endpoint": "ep-test", "app.kubernetes.io/name": "kvpin-engine",
+              "app.kubernetes.io/managed-by": "kvpin-operator"}  # fmt: skip
+    meta = {"name": "ep-test", "namespace": "default", "labels": labels, "ownerReferences": [
+        {"apiVersion": "kvpin.dev/v1alpha1", "kind": "CachedEndpoint", "name": "ep-test",
+         "uid": "uid-1", "controller": True, "blockOwnerDeletion": True}]}  # fmt: skip
+    probe = {"httpGet": {"path": "/health", "port": "http"}}
+    assert sts == {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta,
+        "spec": {
+            "replicas": 3, "serviceName": "ep-test", "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete",
+                                                     "whenScaled": "Delete"},
+            "selector": {"matchLabels": {"kvpin.dev/endpoint": "ep-test"}},
+            "template": {
+                "metadata": {
+                    "labels": {"team": "a", **labels},
+                    "annotations": {"note": "x", "kvpin.dev/vram-reservation": "40Gi",
+                                    "kvpin.dev/vram-reservation-bytes": str(40 * 2**30),
+                                    "kvpin.dev/endpoint-id": "support"},
+                },
+                "spec": {
+                    "containers": [{
+                        "name": "engine", "image": "vllm/vllm-openai:v0.11.0",
+                        "command": ["vllm", "serve"],
+                        "args": ["sim-8b", "--host", "0.0.0.0", "--port", "8000",
+                                 "--served-model-name", "support", "sim-8b",
+                                 "--tensor-parallel-size", "2", "--enable-prefix-caching",
+                                 "--enable-prompt-tokens-details", "--kv-cache-memory-bytes",
+                                 str(20 * 2**30)],
+                        "ports": [{"name": "http", "containerPort": 8000, "protocol": "TCP"}],
+                        "env": [{"name": "KVPIN_ENDPOINT_ID", "value": "support"},
+                                {"name": "KVPIN_MODEL", "value": "sim-8b"},
+                                {"name": "KVPIN_VRAM_RESERVATION_BYTES",
+                                 "value": str(40 * 2**30)},
+                                {"name": "HF_HOME", "value": "/cache"}],
+                        "resources": {"limits": {"memory": "64Gi", "nvidia.com/gpu": 2},
+                                      "requests": {"cpu": "2", "memory": "64Gi"}},
+                        "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": 180},
+                        "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 2,
+                                           "timeoutSeconds": 5},
+                        "livenessProbe": {**probe, "periodSeconds": 15, "failureThreshold": 4,
+                                          "timeoutSeconds": 10},
+                        "lifecycle": {"preStop": {"sleep": {"seconds": 5}}},
+                        "volumeMounts": [{"name": "kvpin-shm", "mountPath": "/dev/shm"}],
+                    }],
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                     "effect": "NoSchedule"}],
+                    "terminationGracePeriodSeconds": 65,
+                    "enableServiceLinks": False,
+                    "affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                               "values": ["NVIDIA-A100-SXM4-80GB"]}]}]}}},
+                    "volumes": [{"name": "kvpin-shm",
+                                 "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}],
+                    "priorityClassName": "gpu-high",
+                    "runtimeClassName": "nvidia",
+                    "securityContext": {"runAsNonRoot": True},
+                    "serviceAccountName": "engine",
+                    "imagePullSecrets": [{"name": "hub"}],
+                },
+            },
+        },
+    }  # fmt: skip
+    assert svc == {
+        "apiVersion": "v1", "kind": "Service", "metadata": meta,
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": False,
+                 "selector": {"kvpin.dev/endpoint": "ep-test"},
+                 "ports": [{"name": "http", "port": 8000, "targetPort": "http"}]},
+    }  # fmt: skip
+    assert pdb == {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta,
+        "spec": {"maxUnavailable": 1,
+                 "selector": {"matchLabels": {"kvpin.dev/endpoint": "ep-test"}}},
+    }  # fmt: skip
+
+
+def test_a_pool_without_gpus_or_drain_gets_small_requests_and_no_pinning() -> None:
+    sts, _, pdb = render(replicas=1, drain={"leaveRingSeconds": 0})
+    pod = sts["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}}
+    assert "lifecycle" not in container and "volumeMounts" not in container
+    assert "affinity" not in pod and "volumes" not in pod and pod["tolerations"] == []
+    assert pod["terminationGracePeriodSeconds"] == 180
+    assert pdb is None
+    custom, _, _ = render(engine={"preset": "custom", "image": "my/engine:1"})
+    assert "command" not in custom["spec"]["template"]["spec"]["containers"][0]  # its entrypoint
