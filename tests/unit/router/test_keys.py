@@ -93,3 +93,88 @@ def test_a_conversation_sent_as_one_growing_message_keeps_its_opening() -> None:
     assert conversation({"messages": [{"role": "user", "content": first}]}) == conversation(
         {"messages": [{"role": "user", "content": first + " and a follow-up"}]}
     )
+
+
+# The exact key format is a contract between router replicas: during a rolling upgrade of the
+# router, old and new replicas must place a conversation the same way. It is written out here
+# from the module's documentation (BLAKE2b, 8 bytes, each part UTF-8 then 0x1f).
+def blake(*parts: str) -> str:
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass") + b"\x1f")
+    return h.hexdigest()
+
+
+def test_keys_are_the_documented_digests() -> None:
+    assert keys.digest("a", "b") == blake("a", "b") != blake("ab")
+    assert keys.digest("\ud800 lone surrogate") == blake("\ud800 lone surrogate")
+    assert keys.routing_key("endpoint", "ep", "head", "s", prefix_chars=2) == blake(
+        "endpoint", "ep"
+    )
+    assert keys.routing_key("session", "ep", "head", "s", prefix_chars=2) == blake("session", "s")
+    assert keys.routing_key("session", "ep", "head", None, prefix_chars=2) == blake(
+        "prefix", "", "he"
+    )
+    assert keys.routing_key("prefix", "ep", "head", "s", prefix_chars=3, salt="t") == blake(
+        "prefix", "t", "hea"
+    )
+    zones = keys.parse_zones({"messages": [{"role": "user", "content": "hi"}]})
+    assert keys.opening(zones) == blake("conversation", "user", "hi")
+    assert keys.opening(keys.Zones("", "", ())) == blake("conversation", "", "")
+    assert keys.conversation_id("open", "s-1") == blake("session", "s-1")
+    assert keys.conversation_id("open", None) == "open"
+    assert keys.session_of({}, None, "X-Session-ID") is None
+    assert keys.session_of({"X-Session-ID": ""}, "u", "X-Session-ID") == "u"
+
+
+def test_the_zones_are_the_documented_canonical_text() -> None:
+    call = [{"id": "c1", "function": {"name": "f", "arguments": "{}"}, "type": "function"}]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"b": 1, "a": 2}}}]
+    body = {
+        "messages": [
+            {"role": "system", "content": "S1"},
+            "not a message",
+            {"role": "developer", "content": [{"type": "text", "text": "S2"}, {"b": 1, "a": 2}]},
+            {"role": "user", "content": None},
+            {"role": "assistant", "content": "ok", "tool_calls": call},
+            {"content": {"z": 1, "y": [1, 2]}},
+            {"role": "system", "content": "late"},
+        ],
+        "tools": tools,
+    }
+    assert keys.parse_zones(body) == keys.Zones(
+        system='S1\x1fS2{"a":2,"b":1}',
+        tools='[{"function":{"name":"f","parameters":{"a":2,"b":1}},"type":"function"}]',
+        history=(
+            ("user", ""),
+            ("assistant", 'ok[{"function":{"arguments":"{}","name":"f"},"id":"c1",'
+                          '"type":"function"}]'),
+            ("", '{"y":[1,2],"z":1}'),
+            ("system", "late"),  # after the history began: history, not the system zone
+        ),
+    )  # fmt: skip
+    assert keys.parse_zones({"messages": []}) == keys.Zones("", "", ())
+    assert keys.parse_zones({"prompt": [1, 2, 3]}) == keys.Zones("", "", (("prompt", "1 2 3"),))
+    assert keys.parse_zones({"input": "embed me"}) == keys.Zones("", "", (("prompt", "embed me"),))
+    assert keys.parse_zones({}) == keys.Zones("", "", (("prompt", ""),))
+
+
+def test_tool_calls_and_tools_are_part_of_what_is_compared() -> None:
+    def assistant(calls: list) -> dict:
+        turn = {"role": "assistant", "content": "", "tool_calls": calls}
+        return {"messages": [{"role": "user", "content": "q"}, turn]}
+
+    one = [{"function": {"name": "a"}}]
+    assert keys.parse_zones(assistant(one)) != keys.parse_zones(assistant([{"function": {}}]))
+    no_tools = keys.parse_zones({"messages": [{"role": "user", "content": "q"}]})
+    assert no_tools.tools == ""
+    assert keys.parse_zones({"messages": [{"role": "user", "content": "q"}], "tools": []}).tools \
+        == "[]"  # fmt: skip
+
+
+def test_the_head_joins_system_tools_and_the_first_turn() -> None:
+    zones = keys.Zones("sys", "tools", (("user", "first"), ("assistant", "second")))
+    assert keys.head(zones, 100) == "sys\x1ftools\x1fuser:first"
+    assert keys.head(zones, 6) == "sys\x1fto"  # six characters
