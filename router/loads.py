@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -43,7 +44,9 @@ def parse(text: str, at: float) -> EngineLoad | None:
     for name, value in _SAMPLE.findall(text):
         if name in _WAITING or name in _RUNNING:
             with contextlib.suppress(ValueError):
-                totals[name] = totals.get(name, 0.0) + float(value)
+                number = float(value)
+                if math.isfinite(number) and number >= 0:  # a NaN would poison every estimate
+                    totals[name] = totals.get(name, 0.0) + number
     waiting = [totals[n] for n in _WAITING if n in totals]
     running = [totals[n] for n in _RUNNING if n in totals]
     if not waiting and not running:

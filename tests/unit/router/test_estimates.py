@@ -52,3 +52,90 @@ def test_engine_metrics_are_read_from_vllm_and_sglang_names() -> None:
     assert parse(vllm, 1.0) == EngineLoad(2.0, 3.0, 1.0)
     assert parse("sglang:num_queue_reqs 4\nsglang:num_running_reqs 1\n", 0) == EngineLoad(4, 1, 0)
     assert parse("other_metric 1\n", 0) is None
+
+
+def test_averages_move_a_fifth_of_the_way_to_each_new_observation() -> None:
+    assert estimates._average(None, 10.0) == 10.0
+    assert estimates._average(10.0, 20.0) == 12.0
+    assert estimates._average(10.0, 0.0) == 8.0
+
+
+def test_a_members_rate_is_its_own_else_its_endpoints_peers_else_the_default() -> None:
+    e = estimates.Estimates()
+    assert e.rate("ep", "a", 5000.0) == 5000.0
+    e.rates[("ep", "a")] = 8000.0
+    e.rates[("ep", "b")] = 4000.0
+    e.rates[("other", "c")] = 99_000.0
+    assert e.rate("ep", "a", 5000.0) == 8000.0
+    assert e.rate("ep", "new", 5000.0) == 6000.0  # the mean of its endpoint's peers only
+    assert e.rate("third", "x", 5000.0) == 5000.0
+
+
+def test_rates_are_learned_only_from_long_prefills_that_ran_alone() -> None:
+    e = estimates.Estimates()
+    e.learn("ep", "a", prompt_chars=0, prompt_tokens=0, uncached_tokens=256, ttft_s=0.1,
+            alone=True)  # fmt: skip
+    assert e.rates == {("ep", "a"): 2560.0}  # exactly MIN_SAMPLE_TOKENS counts
+    e.learn("ep", "b", prompt_chars=0, prompt_tokens=0, uncached_tokens=255, ttft_s=0.1,
+            alone=True)  # fmt: skip
+    e.learn("ep", "c", prompt_chars=0, prompt_tokens=0, uncached_tokens=5000, ttft_s=0.1,
+            alone=False)  # fmt: skip
+    e.learn("ep", "d", prompt_chars=0, prompt_tokens=0, uncached_tokens=5000, ttft_s=0.0,
+            alone=True)  # fmt: skip
+    assert set(e.rates) == {("ep", "a")}
+    e.learn("ep", "a", prompt_chars=0, prompt_tokens=0, uncached_tokens=1000, ttft_s=0.1,
+            alone=True)  # fmt: skip
+    assert e.rates[("ep", "a")] == 2560.0 + 0.2 * (10_000.0 - 2560.0)
+
+
+def test_the_chars_per_token_ratio_is_learned_per_endpoint() -> None:
+    e = estimates.Estimates()
+    e.learn("ep", "a", prompt_chars=3000, prompt_tokens=1000, uncached_tokens=0, ttft_s=0,
+            alone=False)  # fmt: skip
+    e.learn(
+        "ep", "a", prompt_chars=500, prompt_tokens=0, uncached_tokens=0, ttft_s=0, alone=False
+    )  # fmt: skip  (no tokens reported: nothing learned)
+    assert e.chars_per_token == {"ep": 3.0}
+    assert e.tokens("ep", 300) == 100 and e.tokens("other", 400) == 100
+    e.learn("ep", "a", prompt_chars=5000, prompt_tokens=1000, uncached_tokens=0, ttft_s=0,
+            alone=False)  # fmt: skip
+    assert e.chars_per_token["ep"] == 3.4
+
+
+def test_the_mean_uncached_size_prices_other_replicas_waiting_requests() -> None:
+    e = estimates.Estimates()
+    assert e.queued("ep", "a", 0, EngineLoad(waiting=2, running=0, at=0)) == 2 * 1024.0
+    e.sent("ep", "a", 1000)
+    e.sent("ep", "b", 2000)
+    assert e.mean_uncached == {"ep": 1200.0}
+    e.answered("ep", "a", 5000)  # never below zero, whatever was reported
+    e.answered("ep", "a", 1)
+    assert (e.pending[("ep", "a")], e.waiting[("ep", "a")]) == (0.0, 0)
+
+
+def test_forgetting_members_drops_their_estimates_only() -> None:
+    e = estimates.Estimates()
+    e.sent("ep", "a", 100)
+    e.sent("ep", "b", 100)
+    e.rates[("ep", "a")] = e.rates[("ep", "b")] = 1.0
+    e.forget("ep", ["a"])
+    assert ("ep", "a") not in e.pending and ("ep", "a") not in e.rates
+    assert e.pending[("ep", "b")] == 100 and e.rates[("ep", "b")] == 1.0
+
+
+def test_engine_metrics_are_summed_over_label_sets_and_engines_of_both_kinds() -> None:
+    text = (
+        'vllm:num_requests_waiting{model_name="a"} 2\n'
+        'vllm:num_requests_waiting{model_name="b"} 1.0\n'
+        "vllm:num_requests_running 3\n"
+        "sglang:num_queue_reqs 4\n"
+        "vllm:num_requests_running NaN\n"
+        "vllm:num_requests_running -1\n"
+        "other_metric 100\n"
+    )
+    # NaN and negative samples are ignored: one would turn every cost estimate into NaN
+    assert parse(text, at=7.0) == EngineLoad(waiting=7.0, running=3.0, at=7.0)
+    only_running = parse("sglang:num_running_reqs 5\n", at=0)
+    assert only_running == EngineLoad(waiting=0, running=5.0, at=0)
+    assert parse("vllm:num_requests_waiting 1\n", at=0) == EngineLoad(1.0, 0, 0)
+    assert parse("unrelated 1\n", at=0) is None
