@@ -93,3 +93,31 @@ def test_a_turn_another_replica_placed_is_presumed_on_its_ring_owner() -> None:
     assert holders(["a", "b"], {"b": 8192}, previous=3072) == ("b", {"b": 2048})
     # known on a member off the walk: no presumption either
     assert holders(["b"], {"a": 24_576}, previous=6000) == (None, {})
+
+
+def test_estimates_and_decisions_are_exact() -> None:
+    assert c("a", queued=1000, cached=500).ttft(500) == 0.1  # all cached: only the queue
+    assert c("a", queued=0, cached=800).ttft(500) == 0.0  # never negative work
+    assert c("a", queued=1000, cached=0, rate=2000).ttft(1000) == 1.0
+    walk = [c("b"), c("home", queued=8000, cached=40_000)]
+    assert placement.decide(walk, "home", 41_000, S) == placement.Decision("home", False, False)
+
+
+def test_a_move_must_be_strictly_better_than_the_margin() -> None:
+    # rate 1 token/s, so seconds are tokens: b (nothing cached) 2000; home holds the whole
+    # 2000-token prompt with Q queued: Q. Margin 0.25 x 2000 recomputed + 256 = 756.
+    # Move iff 2000 < Q - 756, i.e. Q > 2756.
+    def walk(queued: int) -> list[Candidate]:
+        return [c("home", queued=queued, cached=2000, rate=1), c("b", rate=1)]
+
+    assert placement.decide(walk(2756), "home", 2000, S) == placement.Decision("home", False, False)
+    assert placement.decide(walk(2757), "home", 2000, S) == placement.Decision("b", True, False)
+
+
+def test_holders_default_to_nothing_known() -> None:
+    # nothing known anywhere: a previous prompt of one chunk's worth is no sign of another
+    # replica (the slack), two chunks' worth is
+    assert holders(["a", "b"], {}, previous=1024) == (None, {})
+    assert holders(["a", "b"], {}, previous=1025) == ("a", {"a": 1025})
+    home, cached = holders(["a", "b"], {"a": 4096}, previous=5000)
+    assert (home, cached) == ("a", {"a": 5000})  # what it holds, raised to the previous prompt

@@ -83,3 +83,24 @@ def test_at_low_load_a_member_may_take_a_second_request() -> None:
     assert ring.within_bound(walk, loads, load_factor=2.0, size=4)[0] == walk[0]
     loads = {walk[0].name: 2}
     assert ring.within_bound(walk, loads, load_factor=2.0, size=4)[0] == walk[1]
+
+
+def test_the_ring_is_uhashrings_ketama_ring_with_the_given_virtual_nodes() -> None:
+    from uhashring import HashRing
+
+    names = [m.name for m in members(4)]
+    for vnodes in (40, 160):
+        reference = HashRing(
+            nodes={n: {"instance": n, "vnodes": vnodes} for n in names}, hash_fn="ketama"
+        )
+        r = ring.EndpointRing(members(4), virtual_nodes=vnodes)
+        for key in KEYS[:300]:
+            assert next(r.walk(key)).name == reference.get_node(key)
+    assert ring.EndpointRing(members(3), virtual_nodes=40).virtual_nodes == 40
+
+
+def test_when_every_member_is_over_the_bound_the_least_loaded_takes_it() -> None:
+    walk = members(3)
+    loads = {"pod-0": 9, "pod-1": 3, "pod-2": 5}
+    kept = ring.within_bound(walk, loads, load_factor=1.0, size=10)  # bound 2: all over
+    assert [m.name for m in kept] == ["pod-1"]

@@ -66,3 +66,33 @@ def test_garbage_is_not_usage() -> None:
     reader.feed(b'data: {"usage": nope\n\ndata: [DONE]\n\n')
     assert reader.result() is None
     assert usage.UsageReader(event_stream=False).result() is None
+
+
+def test_a_json_answer_at_the_limit_is_read_and_one_byte_over_is_not() -> None:
+    body = json.dumps({"usage": {"prompt_tokens": 5}}).encode()
+    exact = usage.UsageReader(event_stream=False, limit=len(body))
+    exact.feed(body[:10])
+    exact.feed(body[10:])
+    assert exact.result() == usage.Usage(5, 0)
+    over = usage.UsageReader(event_stream=False, limit=len(body) - 1)
+    over.feed(body[:10])
+    over.feed(body[10:])
+    over.feed(b"")  # nothing more is kept after an overflow
+    assert over.result() is None
+    assert usage.UsageReader(event_stream=False).result() is None  # nothing fed
+    listed = usage.UsageReader(event_stream=False)
+    listed.feed(b"[1, 2]")
+    assert listed.result() is None
+
+
+def test_an_event_streams_last_line_is_read_even_without_a_newline() -> None:
+    reader = usage.UsageReader(event_stream=True)
+    reader.feed(b'data: {"choices": []}\n\ndata:{"usage": {"prompt_tokens": 9}}')
+    assert reader.result() == usage.Usage(9, 0)
+    spaced = usage.UsageReader(event_stream=True)  # `data:` with or without the space
+    spaced.feed(b'data: {"usage": {"prompt_tokens": 4, "prompt_tokens_details": '
+                b'{"cached_tokens": 2}}}\n')  # fmt: skip
+    spaced.feed(b'data: {"usage": null}\n')  # a later event without usage keeps the earlier
+    spaced.feed(b'event: x\n{"usage": {"prompt_tokens": 1}}\n')  # not a data line
+    spaced.feed(b"data: [DONE]\n")
+    assert spaced.result() == usage.Usage(4, 2)
