@@ -35,3 +35,27 @@ def test_the_record_kept_per_conversation_has_one_size_whatever_the_history() ->
     d.observe("c", long)
     assert d.observe("c", zones("s", "", *map(str, range(5001)))) is None
     assert d.observe("c", zones("s", "", *map(str, range(4999)), "x", "y")) == "history"
+
+
+def test_the_same_turn_again_is_no_break_and_roles_count() -> None:
+    d = breaks.BreakDetector()
+    d.observe("c", zones("sys", "", "a", "b"))
+    assert d.observe("c", zones("sys", "", "a", "b")) is None  # a retry of the same turn
+    as_assistant = breaks.fingerprint(keys.Zones("sys", "", (("user", "a"), ("assistant", "b"))))
+    assert d.observe("c", as_assistant) == "history"
+    first = breaks.fingerprint(keys.Zones("sys", "", ()))
+    assert first.rolling_at(0) == b"" and first.count == 0
+    d.observe("new", first)
+    assert d.observe("new", zones("sys", "", "anything")) is None  # nothing to extend yet
+
+
+def test_fingerprints_survive_lone_surrogates_and_follow_the_documented_hashes() -> None:
+    import hashlib
+
+    def h(data: bytes) -> bytes:
+        return hashlib.blake2b(data, digest_size=8).digest()
+
+    turn = breaks.fingerprint(keys.Zones("s\ud800", "", (("user\udc00", "x\ud801"),)))
+    assert turn.system == h("s\ud800".encode("utf-8", "surrogatepass"))
+    text = h("x\ud801".encode("utf-8", "surrogatepass"))
+    assert turn.rolling == h("user\udc00".encode("utf-8", "surrogatepass") + b"\0" + text)

@@ -49,3 +49,33 @@ def test_a_refused_prompt_is_taken_back_without_what_the_member_held_before() ->
     h.retract(added, "pod-1")  # the engine refused it: only the new chunks go
     assert h.held(b"", longer) == {"pod-1": 2, "pod-2": 2}
     assert len(h) == 2  # chunks nobody holds any more leave the table
+
+
+def test_chunk_names_hash_the_documented_stream_at_every_chunk_boundary() -> None:
+    import hashlib
+
+    zones = keys.Zones("s" * 4000, "t" * 200, (("user", "u\ud800" * 2500), ("bot", "b" * 10)))
+    stream = ("s" * 4000 + "\x1f" + "t" * 200 + "\x1f" + "user\0" + "u\ud800" * 2500 + "\x1e"
+              + "bot\0" + "b" * 10 + "\x1e")  # fmt: skip
+    size = holdings.CHUNK_CHARS
+    expected = b"".join(
+        hashlib.blake2b(stream[: (i + 1) * size].encode("utf-8", "surrogatepass"),
+                        digest_size=holdings.HASH_BYTES).digest()
+        for i in range(len(stream) // size)
+    )  # fmt: skip
+    assert holdings.chunk_names(zones) == expected
+    assert len(expected) == 2 * holdings.HASH_BYTES
+
+
+def test_the_table_holds_at_least_one_entry_and_as_many_as_its_bytes_allow() -> None:
+    assert holdings.Holdings(0).max_entries == 1
+    assert holdings.Holdings(holdings.ENTRY_BYTES * 3 + 10).max_entries == 3
+
+
+def test_taking_back_what_was_never_recorded_changes_nothing() -> None:
+    table = holdings.Holdings()
+    names = table.record(b"", b"A" * 8 + b"B" * 8, "pod-0")
+    assert [n[-8:] for n in names] == [b"A" * 8, b"B" * 8]
+    table.retract([b"unknown-name"], "pod-0")
+    table.retract(names, "pod-1")
+    assert table.held(b"", b"A" * 8 + b"B" * 8) == {"pod-0": 2}

@@ -87,3 +87,71 @@ def test_stats_count_queried_and_hit_tokens() -> None:
     acquire(c, prompt(1, 2))
     acquire(c, prompt(1, 3))
     assert (c.stats.queried_tokens, c.stats.hit_tokens) == (2 * (2 * BS + 5), BS)
+
+
+def test_only_whole_blocks_are_hashed_and_cached() -> None:
+    assert len(cache.block_hashes(list(range(31)), block_size=BS)) == 1
+    assert len(cache.block_hashes(list(range(32)), block_size=BS)) == 2
+    assert cache.cacheable_blocks(0, 1) == 0 and cache.cacheable_blocks(1, 1) == 0
+    assert cache.cacheable_blocks(33, BS) == 2 and cache.cacheable_blocks(32, BS) == 1
+
+
+def test_sizes_are_checked_and_the_limits_themselves_accepted() -> None:
+    cache.PrefixCache(0, block_size=1)
+    for capacity, block_size in ((-1, 16), (10, 0)):
+        with pytest.raises(ValueError) as refused:
+            cache.PrefixCache(capacity, block_size=block_size)
+        assert str(refused.value) == "capacity must be >= 0 and block_size >= 1"
+
+
+def test_a_request_fits_exactly_when_its_blocks_and_the_running_ones_fill_the_pool() -> None:
+    pool = cache.PrefixCache(4, block_size=BS)
+    old = cache.block_hashes(list(range(1000, 1000 + 2 * BS + 1)), block_size=BS)
+    pool.acquire(old, 2 * BS + 1)
+    pool.release(old)  # 2 blocks cached, evictable
+    running = cache.block_hashes(list(range(3000, 3000 + 2 * BS + 1)), block_size=BS)
+    pool.acquire(running, 2 * BS + 1)  # two free blocks: nothing evicted
+    assert pool.used == 4
+    # the old prompt again: 2 running + its 2 evictable blocks reused = 4: fits exactly
+    assert pool.acquire(old, 2 * BS + 1) == 2 * BS
+    with pytest.raises(cache.CacheFullError):  # a fifth block cannot be found
+        pool.acquire(cache.block_hashes(list(range(5000, 5000 + BS + 1)), block_size=BS), BS + 1)
+
+
+def test_reused_evictable_blocks_count_against_the_pool() -> None:
+    pool = cache.PrefixCache(3, block_size=BS)
+    a = cache.block_hashes(list(range(2 * BS + 1)), block_size=BS)
+    pool.acquire(a, 2 * BS + 1)
+    pool.release(a)  # two evictable blocks
+    b = cache.block_hashes(list(range(500, 500 + 2 * BS + 1)), block_size=BS)
+    pool.acquire(b, 2 * BS + 1)  # takes one free block and evicts a's tail
+    # a again: its head (still cached) is reused and its tail is new: 2 running + 2 = 4 > 3
+    with pytest.raises(cache.CacheFullError):
+        pool.acquire(a, 2 * BS + 1)
+    assert pool.usage == 2 / 3  # nothing changed
+
+
+def test_hit_statistics_accumulate() -> None:
+    pool = cache.PrefixCache(10, block_size=BS)
+    prompt = cache.block_hashes(list(range(2 * BS + 1)), block_size=BS)
+    pool.acquire(prompt, 2 * BS + 1)
+    pool.release(prompt)
+    pool.acquire(prompt, 2 * BS + 1)
+    pool.release(prompt)
+    pool.acquire(prompt, 2 * BS + 1)
+    assert (pool.stats.queried_tokens, pool.stats.hit_tokens) == (3 * (2 * BS + 1), 4 * BS)
+
+
+def test_shared_blocks_stay_referenced_until_the_last_request_lets_go() -> None:
+    pool = cache.PrefixCache(10, block_size=BS)
+    prompt = cache.block_hashes(list(range(2 * BS + 1)), block_size=BS)
+    for _ in range(3):
+        pool.acquire(prompt, 2 * BS + 1)
+    pool.release(prompt)
+    pool.release(prompt)
+    assert pool.usage == 2 / 10  # one request still holds both blocks
+    assert pool.flush() == 0
+    pool.release(prompt)
+    assert pool.usage == 0
+    pool.release(cache.block_hashes(list(range(900, 900 + BS + 1)), block_size=BS))  # unknown
+    assert pool.flush() == 2
