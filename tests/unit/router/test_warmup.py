@@ -1,10 +1,15 @@
 """What a joining member is warmed with (router.warmup), and its configuration."""
 
+import asyncio
+
+import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 
 from kvpin.router import holdings, keys, warmup
 from kvpin.router.config import ConfigError, parse_warmup
+from kvpin.router.metrics import build_metrics
 
 SYSTEM = {"role": "system", "content": "You are terse."}
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
@@ -82,3 +87,95 @@ def test_warmup_configuration_is_checked() -> None:
     ):
         with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("]", r"\]")):
             parse_warmup(bad, "x")
+
+
+# The Warmer's I/O against a real loopback server (aiohttp), whose handler records what came.
+async def engine_app(state: dict) -> tuple[web.AppRunner, str]:
+    async def handle(request: web.Request) -> web.Response:
+        state["active"] += 1
+        state["peak"] = max(state["peak"], state["active"])
+        state["seen"].append((request.path, request.headers.get("X-Kvpin-Warmup"),
+                              orjson.loads(await request.read())))  # fmt: skip
+        await asyncio.sleep(state.get("delay", 0.01))
+        state["active"] -= 1
+        return web.json_response({}, status=state.get("status", 200))
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}"
+
+
+def items(n: int) -> list[warmup.Warming]:
+    return [warmup.warming("ep", orjson.dumps({"messages": [{"role": "system",
+            "content": f"head {i}"}]}), "") for i in range(n)]  # fmt: skip
+
+
+async def warmer_run(state: dict, config: warmup.WarmupConfig, count: int):  # type: ignore[no-untyped-def]
+    metrics, warmed = build_metrics(), []
+    runner, url = await engine_app(state)
+    warmer = warmup.Warmer(metrics, lambda ep, m, item: warmed.append((ep, m, item)))
+    async with aiohttp.ClientSession() as session:
+        warmer.warm("ep", "pod-0", url, items(count), config)  # before start: queued
+        assert warmer.warming("ep") == set()
+        warmer.start(session)
+        assert warmer.warming("ep") == {"pod-0"} and warmer.warming("other") == set()
+        await warmer._tasks["ep", "pod-0"]  # the warm-up's own task, to its end
+        assert warmer.warming("ep") == set()
+        await warmer.stop()
+    await runner.cleanup()
+    return metrics, warmed
+
+
+def sample(metrics, name: str, **labels: str) -> float:  # type: ignore[no-untyped-def]
+    value = metrics.registry.get_sample_value(name, labels)
+    return value or 0.0
+
+
+async def test_a_joining_member_gets_every_head_with_the_warmup_header_a_few_at_a_time() -> None:
+    state = {"active": 0, "peak": 0, "seen": []}
+    metrics, warmed = await warmer_run(state, warmup.WarmupConfig(concurrency=2), 5)
+    assert len(state["seen"]) == 5 and state["peak"] == 2
+    assert {(path, header) for path, header, _ in state["seen"]} == {("/v1/chat/completions", "1")}
+    assert all(body["max_tokens"] == 1 for _, _, body in state["seen"])
+    assert [(ep, m) for ep, m, _ in warmed] == [("ep", "pod-0")] * 5
+    assert sample(metrics, "kvpin_router_warmups_total", endpoint="ep", outcome="warm") == 1
+    assert sample(metrics, "kvpin_router_warmup_requests_total", endpoint="ep",
+                  outcome="ok") == 5  # fmt: skip
+
+
+async def test_refused_warmups_are_counted_and_hold_nothing() -> None:
+    state = {"active": 0, "peak": 0, "seen": [], "status": 503}
+    metrics, warmed = await warmer_run(state, warmup.WarmupConfig(concurrency=4), 3)
+    assert warmed == []
+    assert sample(metrics, "kvpin_router_warmup_requests_total", endpoint="ep",
+                  outcome="error") == 3  # fmt: skip
+    assert sample(metrics, "kvpin_router_warmups_total", endpoint="ep", outcome="warm") == 1
+
+
+async def test_a_slow_member_joins_anyway_when_the_warmup_times_out() -> None:
+    state = {"active": 0, "peak": 0, "seen": [], "delay": 1}
+    config = warmup.WarmupConfig(concurrency=1, timeout_s=0.2)
+    metrics, warmed = await warmer_run(state, config, 3)
+    assert warmed == [] and len(state["seen"]) == 1  # one at a time: the first never ended
+    assert sample(metrics, "kvpin_router_warmups_total", endpoint="ep", outcome="timeout") == 1
+
+
+async def test_a_member_that_leaves_stops_being_warmed() -> None:
+    state = {"active": 0, "peak": 0, "seen": [], "delay": 1}
+    runner, url = await engine_app(state)
+    warmer = warmup.Warmer(build_metrics(), lambda *_: None)
+    async with aiohttp.ClientSession() as session:
+        warmer.start(session)
+        warmer.warm("ep", "pod-0", url, items(2), warmup.WarmupConfig())
+        warmer.warm("ep", "pod-1", url, [], warmup.WarmupConfig())  # nothing to send
+        assert warmer.warming("ep") == {"pod-0"}
+        warmer.cancel("ep", "pod-0")
+        warmer.cancel("ep", "pod-9")  # unknown: nothing happens
+        assert warmer.warming("ep") == set()
+        await warmer.stop()
+    await runner.cleanup()
