@@ -30,6 +30,7 @@ from kvpin.operator import quantity
         ("25e-1", None),
         ("2E2", 200),  # an exponent, not exa
         ("1.5e+3", 1500),
+        ("1000e-3", 1),  # a negative exponent divides
         (".5Ki", 512),
         ("  8Gi ", 8 * 2**30),
         (0, 0),

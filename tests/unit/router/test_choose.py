@@ -111,3 +111,16 @@ async def test_replicas_with_the_same_state_make_the_same_choice() -> None:
             a.choose(endpoint, facts(key, 3), set()).member.name
             == b.choose(endpoint, facts(key, 3), set()).member.name
         )
+
+
+async def test_the_bound_counts_every_member_of_the_ring_also_when_some_are_tried() -> None:
+    # bound = max(2, ceil(1.0 x (6 + 1) / 3)) = 3 over the whole ring (3 members), so the home
+    # (3 in flight) is over it even though one member is excluded from this retry; over the
+    # two remaining it would be 4, and the home would (wrongly) take a fourth request.
+    proxy, endpoint = await proxy_for(load_factor=1.0)
+    order = walk(endpoint, "conv-6")
+    home, other, tried = order[0], order[1], order[2]
+    proxy._holdings("ep").record(SCOPE, chunks("conv-6", 10), home)
+    proxy.loads["ep"].update({home: 3, other: 0, tried: 3})
+    placed = proxy.choose(endpoint, facts("conv-6", 10), {tried})
+    assert placed.member.name == other and placed.spilled

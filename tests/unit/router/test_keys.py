@@ -127,6 +127,7 @@ def test_keys_are_the_documented_digests() -> None:
     assert keys.conversation_id("open", None) == "open"
     assert keys.session_of({}, None, "X-Session-ID") is None
     assert keys.session_of({"X-Session-ID": ""}, "u", "X-Session-ID") == "u"
+    assert keys.session_of({"X-Session-ID": "h"}, "u", "X-Session-ID") == "h"  # header first
 
 
 def test_the_zones_are_the_documented_canonical_text() -> None:

@@ -155,3 +155,10 @@ def test_shared_blocks_stay_referenced_until_the_last_request_lets_go() -> None:
     assert pool.usage == 0
     pool.release(cache.block_hashes(list(range(900, 900 + BS + 1)), block_size=BS))  # unknown
     assert pool.flush() == 2
+
+
+def test_blocks_held_by_a_running_request_are_hits_for_another() -> None:
+    pool = cache.PrefixCache(10, block_size=BS)
+    prompt = cache.block_hashes(list(range(3 * BS + 1)), block_size=BS)
+    assert pool.acquire(prompt, 3 * BS + 1) == 0  # still running: never released
+    assert pool.acquire(prompt, 3 * BS + 1) == 3 * BS
