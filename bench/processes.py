@@ -73,13 +73,21 @@ def running(
             _stop(proc)
 
 
+STOP_GRACE_S = 3.0
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGINT (a graceful stop for aiohttp and Rust servers alike), then SIGKILL."""
+    """SIGINT (a graceful stop for aiohttp and Rust servers alike), then SIGKILL.
+
+    The grace is short: a benchmark's traffic is over (or abandoned) when its servers stop, and
+    kvpin's servers drain in-flight requests for up to an hour on a signal (what a pod needs),
+    which a request the interrupted client never reads would hold open.
+    """
     if proc.poll() is not None:
         return
     proc.send_signal(signal.SIGINT)
     try:
-        proc.wait(10)
+        proc.wait(STOP_GRACE_S)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()

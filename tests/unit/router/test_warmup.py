@@ -90,12 +90,16 @@ def test_warmup_configuration_is_checked() -> None:
 
 
 # The Warmer's I/O against a real loopback server (aiohttp), whose handler records what came.
-async def engine_app(state: dict) -> tuple[web.AppRunner, str]:
+async def engine_app(state: dict, port: int = 0) -> tuple[web.AppRunner, str]:
     async def handle(request: web.Request) -> web.Response:
         state["active"] += 1
         state["peak"] = max(state["peak"], state["active"])
         state["seen"].append((request.path, request.headers.get("X-Kvpin-Warmup"),
                               orjson.loads(await request.read())))  # fmt: skip
+        state["types"] = {*state.get("types", ()), request.headers.get("Content-Type")}
+        if state.get("hangup"):
+            assert request.transport is not None
+            request.transport.abort()
         await asyncio.sleep(state.get("delay", 0.01))
         state["active"] -= 1
         return web.json_response({}, status=state.get("status", 200))
@@ -104,7 +108,7 @@ async def engine_app(state: dict) -> tuple[web.AppRunner, str]:
     app.router.add_post("/v1/chat/completions", handle)
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     host, port = runner.addresses[0][:2]
     return runner, f"http://{host}:{port}"
@@ -142,14 +146,16 @@ async def test_a_joining_member_gets_every_head_with_the_warmup_header_a_few_at_
     assert len(state["seen"]) == 5 and state["peak"] == 2
     assert {(path, header) for path, header, _ in state["seen"]} == {("/v1/chat/completions", "1")}
     assert all(body["max_tokens"] == 1 for _, _, body in state["seen"])
+    assert state["types"] == {"application/json"}
     assert [(ep, m) for ep, m, _ in warmed] == [("ep", "pod-0")] * 5
+    assert {item.body for _, _, item in warmed} == {i.body for i in items(5)}
     assert sample(metrics, "kvpin_router_warmups_total", endpoint="ep", outcome="warm") == 1
     assert sample(metrics, "kvpin_router_warmup_requests_total", endpoint="ep",
                   outcome="ok") == 5  # fmt: skip
 
 
 async def test_refused_warmups_are_counted_and_hold_nothing() -> None:
-    state = {"active": 0, "peak": 0, "seen": [], "status": 503}
+    state = {"active": 0, "peak": 0, "seen": [], "status": 300}  # anything not 2xx
     metrics, warmed = await warmer_run(state, warmup.WarmupConfig(concurrency=4), 3)
     assert warmed == []
     assert sample(metrics, "kvpin_router_warmup_requests_total", endpoint="ep",
@@ -179,3 +185,73 @@ async def test_a_member_that_leaves_stops_being_warmed() -> None:
         assert warmer.warming("ep") == set()
         await warmer.stop()
     await runner.cleanup()
+
+
+async def test_a_member_that_hangs_up_is_not_warm_and_the_log_says_how_it_went(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    state = {"active": 0, "peak": 0, "seen": [], "hangup": True}
+    with caplog.at_level("INFO"):
+        metrics, warmed = await warmer_run(state, warmup.WarmupConfig(), 2)
+    assert warmed == []
+    assert sample(metrics, "kvpin_router_warmup_requests_total", endpoint="ep",
+                  outcome="error") == 2  # fmt: skip
+    (record,) = [r for r in caplog.records if "warmed with" in r.msg]
+    assert record.msg == "%s: %s warmed with %d heads in %.2fs (%s)"
+    ep, member, count, seconds, outcome = record.args
+    assert (ep, member, count, outcome) == ("ep", "pod-0", 2, "warm") and 0 <= seconds < 60
+
+
+async def test_a_member_not_listening_yet_is_retried_until_it_is() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    metrics, warmed = build_metrics(), []
+    warmer = warmup.Warmer(metrics, lambda ep, m, item: warmed.append(m))
+    async with aiohttp.ClientSession() as session:
+        warmer.start(session)
+        warmer.warm("ep", "pod-0", f"http://127.0.0.1:{port}", items(1), warmup.WarmupConfig())
+        task = warmer._tasks["ep", "pod-0"]
+        await asyncio.sleep(warmup.RETRY_S * 2)  # refused at least once meanwhile
+        runner, _ = await engine_app({"active": 0, "peak": 0, "seen": []}, port=port)
+        await task
+        await warmer.stop()
+    await runner.cleanup()
+    assert warmed == ["pod-0"]
+
+
+async def test_warming_a_member_again_replaces_the_warmup_in_flight_and_stop_waits() -> None:
+    state = {"active": 0, "peak": 0, "seen": [], "delay": 1}
+    runner, url = await engine_app(state)
+    warmer = warmup.Warmer(build_metrics(), lambda *_: None)
+    async with aiohttp.ClientSession() as session:
+        warmer.start(session)
+        warmer.warm("ep", "pod-0", url, items(1), warmup.WarmupConfig())
+        first = warmer._tasks["ep", "pod-0"]
+        warmer.warm("ep", "pod-0", url, items(2), warmup.WarmupConfig())
+        second = warmer._tasks["ep", "pod-0"]
+        await asyncio.sleep(0)
+        assert first.cancelled() or first.cancelling()
+        await warmer.stop()  # cancels the warm-up in flight and waits for it, raising nothing
+        assert second.done()
+    await runner.cleanup()
+
+
+def test_heads_include_developer_messages_and_salts_scope_them() -> None:
+    body = {"messages": [{"role": "developer", "content": "rules"},
+                         {"role": "user", "content": "q"}]}  # fmt: skip
+    assert orjson.loads(warmup.head_of(body)) == {
+        "messages": [{"role": "developer", "content": "rules"}]
+    }
+    item = warmup.warming("ep", warmup.head_of(body), "t")
+    assert item.scope == b"t"
+    assert orjson.loads(item.body) == {
+        "messages": [{"role": "developer", "content": "rules"}, {"role": "user", "content": "Hi"}],
+        "model": "ep", "max_tokens": 1, "stream": False, "cache_salt": "t",
+    }  # fmt: skip
+    hot = warmup.HotHeads()
+    hot.seen(b"x" * warmup.MAX_HEAD_BYTES, "s")  # the limit itself is kept
+    hot.seen(b"y" * (warmup.MAX_HEAD_BYTES + 1), "")
+    assert hot.top(5) == [(b"x" * warmup.MAX_HEAD_BYTES, "s")]

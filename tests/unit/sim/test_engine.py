@@ -123,3 +123,63 @@ async def test_no_latency_mode_answers_at_once_with_the_same_accounting() -> Non
     assert cold.cached == 0
     assert [list(b) async for b in cold.batches()] == [[0, 1, 2]]
     assert (await engine.start(prompt, 49, 1)).cached == 48
+
+
+async def test_tokens_come_out_once_each_in_order_however_they_are_batched() -> None:
+    engine = Engine(cache.PrefixCache(100, block_size=BS), Timing(time_scale=0.01))
+    generation = await engine.start(hashes(1), 17, 7)
+    await until(lambda: engine.num_running == 0)  # every token produced before any is read
+    batches = [list(b) async for b in generation.batches()]
+    assert batches == [list(range(7))]  # ready together: one batch
+    streamed = await engine.start(hashes(1, 50), 17, 5)
+    indices = [i async for b in streamed.batches() for i in b]
+    assert indices == list(range(5))
+    await engine.close()
+
+
+async def test_a_prompt_too_big_for_the_whole_pool_is_served_uncached() -> None:
+    for scale in (0.01, 0):  # scheduled, and with no latency
+        engine = Engine(cache.PrefixCache(2, block_size=BS), Timing(time_scale=scale))
+        generation = await engine.start(hashes(3), 49, 1)
+        assert generation.cached == 0
+        assert [list(b) async for b in generation.batches()] == [[0]]
+        await engine.close()
+
+
+async def test_closing_a_generation_twice_releases_its_blocks_once() -> None:
+    engine = Engine(cache.PrefixCache(100, block_size=BS), Timing(time_scale=0.01))
+    first = await engine.start(hashes(2), 33, FOREVER)
+    second = await engine.start(hashes(2), 33, FOREVER)
+    assert second.cached == 32
+    first.close()
+    first.close()
+    assert engine.cache.usage == 2 / 100  # still held by the second
+    second.close()
+    assert engine.cache.usage == 0
+    await engine.close()
+
+
+async def test_decoding_sequences_take_their_share_of_each_steps_token_budget() -> None:
+    # 8 sequences decode; each step's budget of 10 tokens leaves 2 for a new 101-token prompt:
+    # 50 steps of at least 1 ms of decoding each before its first token (a lower bound).
+    timing = Timing(prefill_tokens_per_s=1e9, decode_tokens_per_s=1000, step_overhead_s=0,
+                    max_batch_tokens=10, max_running=16, time_scale=1.0)  # fmt: skip
+    engine = Engine(cache.PrefixCache(1000, block_size=BS), timing)
+    running = [await engine.start(hashes(1, 100 + i), 2, FOREVER) for i in range(8)]
+    await until(lambda: all(g._seq.emitted for g in running))  # all are decoding
+    _, first = await ttft(engine, hashes(6, 9000)[:1], 101)
+    assert first >= 50 * 0.001 * 0.9
+    for g in running:
+        g.close()
+    await engine.close()
+
+
+async def test_decoding_takes_at_least_one_step_per_token() -> None:
+    timing = Timing(decode_tokens_per_s=200, step_overhead_s=0, time_scale=1.0)
+    engine = Engine(cache.PrefixCache(100, block_size=BS), timing)
+    started = time.monotonic()
+    generation = await engine.start(hashes(1), 17, 20)
+    async for _ in generation.batches():
+        pass
+    assert time.monotonic() - started >= 19 / 200 * 0.9  # 19 steps after the first token
+    await engine.close()

@@ -126,3 +126,44 @@ def test_the_head_without_a_system_prompt_or_without_tools() -> None:
 def test_content_that_is_neither_text_nor_parts_is_refused() -> None:
     with pytest.raises(TypeError, match="content must be a string or a list"):
         tokens.render_chat([{"role": "user", "content": 42}])
+
+
+def test_parts_without_text_and_tool_calls_beside_content_are_rendered() -> None:
+    call = [{"function": {"name": "f"}}]
+    messages = [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}},
+                                     {"type": "text", "text": "what is this?"}]},
+        {"role": "assistant", "content": "Looking.", "tool_calls": call},
+    ]  # fmt: skip
+    calls_json = json.dumps(call, sort_keys=True, separators=(",", ":"))
+    assert tokens.render_chat(messages) == [
+        S, *words("user\nwhat is this?"), E, *words("\n"),
+        S, *words("assistant\nLooking." + calls_json), E, *words("\n"),
+        S, *words("assistant\n"),
+    ]  # fmt: skip
+    with pytest.raises(TypeError, match=r"^content must be a string or a list of content parts$"):
+        tokens.content_text(3.5)
+
+
+def test_a_tokenizer_file_adds_no_special_tokens_and_a_missing_package_says_how_to_get_it(
+    tmp_path, monkeypatch
+) -> None:
+    import sys
+
+    import tokenizers
+    from tokenizers import models, pre_tokenizers, processors
+
+    tok = tokenizers.Tokenizer(models.WordLevel({"[UNK]": 0, "[CLS]": 1, "hi": 2},
+                                                unk_token="[UNK]"))  # fmt: skip
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A", special_tokens=[
+        ("[CLS]", 1)])  # fmt: skip
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    assert tokens.load_tokenizer(str(path))("hi") == [2]  # no [CLS]: the template adds its own
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    with pytest.raises(RuntimeError) as refused:
+        tokens.load_tokenizer(str(path))
+    assert str(refused.value) == (
+        "--tokenizer needs the `tokenizers` package: pip install 'kvpin[tokenizer]'"
+    )
