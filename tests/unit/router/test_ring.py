@@ -104,3 +104,7 @@ def test_when_every_member_is_over_the_bound_the_least_loaded_takes_it() -> None
     loads = {"pod-0": 9, "pod-1": 3, "pod-2": 5}
     kept = ring.within_bound(walk, loads, load_factor=1.0, size=10)  # bound 2: all over
     assert [m.name for m in kept] == ["pod-1"]
+
+
+def test_a_ring_has_160_points_per_member_unless_told() -> None:
+    assert len(ring.EndpointRing(members(3))._positions) == 3 * 160

@@ -255,3 +255,10 @@ def test_heads_include_developer_messages_and_salts_scope_them() -> None:
     hot.seen(b"x" * warmup.MAX_HEAD_BYTES, "s")  # the limit itself is kept
     hot.seen(b"y" * (warmup.MAX_HEAD_BYTES + 1), "")
     assert hot.top(5) == [(b"x" * warmup.MAX_HEAD_BYTES, "s")]
+
+
+def test_hot_heads_keep_64_heads_unless_told() -> None:
+    hot = warmup.HotHeads()
+    for i in range(65):
+        hot.seen(f"head {i}".encode(), "")
+    assert len(hot.top(100)) == 64 and (b"head 0", "") not in hot.top(100)
