@@ -5,7 +5,8 @@ key, `within_bound` of a walk and the in-flight loads it is handed.
 
 Members are keyed by their stable name (the pod name), so a pod restarted with a new address
 keeps its place and its keys; the address is only where to send. Each member has
-`virtual_nodes` points on the ring (ketama-compatible md5 placement, as uhashring does).
+`virtual_nodes` virtual nodes, 4 points on the ring each (ketama's md5 placement, as uhashring
+does).
 
 `walk` goes clockwise from the key's position (uhashring's `range`): the key's ring owner first,
 then the members that take over its keys if it leaves. `within_bound` keeps the members of a

@@ -106,5 +106,6 @@ def test_when_every_member_is_over_the_bound_the_least_loaded_takes_it() -> None
     assert [m.name for m in kept] == ["pod-1"]
 
 
-def test_a_ring_has_160_points_per_member_unless_told() -> None:
-    assert len(ring.EndpointRing(members(3))._positions) == 3 * 160
+def test_a_ring_has_160_virtual_nodes_per_member_unless_told() -> None:
+    # ketama places 4 points per virtual node (one per 4 bytes of an md5)
+    assert len(ring.EndpointRing(members(3))._positions) == 3 * 160 * 4
