@@ -68,7 +68,13 @@ def test_ctrl_c_stops_the_demo_and_its_processes() -> None:
     assert len(marked_processes(mark)) == 4, "the demo did not start its processes"
     # Interrupted as soon as everything runs: whatever it is doing then, nothing is left.
     proc.send_signal(signal.SIGINT)
-    proc.wait(60)  # each of its servers gets a few seconds to stop, more on a loaded machine
+    # communicate, not wait: a demo blocked writing to a full pipe would never exit
+    try:
+        proc.communicate(timeout=60)  # each server gets seconds to stop, more when loaded
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"the demo did not stop: {out[-2000:]!r} {err[-4000:]!r}") from None
     assert proc.returncode != 0
     deadline = time.monotonic() + 15
     while marked_processes(mark) and time.monotonic() < deadline:
