@@ -77,16 +77,18 @@ def test_endpoint_becomes_a_pinned_pool_with_a_ring(client: Kube, namespace: str
         assert pod["spec"]["nodeName"].startswith("gpu-node-")  # scheduled on GPU nodes only
         assert pod["metadata"]["annotations"][api.ANNOTATION_VRAM] == "40Gi"
         assert pod["metadata"]["annotations"][api.ANNOTATION_VRAM_BYTES] == str(40 * 2**30)
-    status = cep["status"]
-    assert status["readyReplicas"] == 2
-    assert status["observedGeneration"] == cep["metadata"]["generation"]
-    conditions = {c["type"]: c["status"] for c in status["conditions"]}
-    assert conditions == {
-        "Ready": "True",
-        "Available": "True",
-        "Progressing": "False",
-        "Degraded": "False",
-    }
+    # The ring follows Ready pods at once; Progressing turns False only once the StatefulSet
+    # controller has also reported the rollout done, which may come a moment later.
+    settled = {"Ready": "True", "Available": "True", "Progressing": "False", "Degraded": "False"}
+
+    def conditions() -> dict[str, str]:
+        status = client.endpoint(namespace, "ep-a")["status"]
+        return {c["type"]: c["status"] for c in status["conditions"]}
+
+    wait_for(f"conditions {settled}", lambda: conditions() == settled, timeout=30)
+    cep = client.endpoint(namespace, "ep-a")
+    assert cep["status"]["readyReplicas"] == 2
+    assert cep["status"]["observedGeneration"] == cep["metadata"]["generation"]
     wait_event(client, namespace, "ep-a", "Normal", "RingChanged")
 
 
