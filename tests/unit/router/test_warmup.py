@@ -1,6 +1,8 @@
 """What a joining member is warmed with (router.warmup), and its configuration."""
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import aiohttp
 import orjson
@@ -171,12 +173,21 @@ async def test_a_slow_member_joins_anyway_when_the_warmup_times_out() -> None:
     assert sample(metrics, "kvpin_router_warmups_total", endpoint="ep", outcome="timeout") == 1
 
 
-async def test_a_member_that_leaves_stops_being_warmed() -> None:
-    state = {"active": 0, "peak": 0, "seen": [], "delay": 1}
-    runner, url = await engine_app(state)
+@contextlib.asynccontextmanager
+async def slow_engine() -> AsyncIterator[tuple[warmup.Warmer, str]]:
+    """A started Warmer and an engine that answers each warm-up after a second."""
+    runner, url = await engine_app({"active": 0, "peak": 0, "seen": [], "delay": 1})
     warmer = warmup.Warmer(build_metrics(), lambda *_: None)
-    async with aiohttp.ClientSession() as session:
-        warmer.start(session)
+    try:
+        async with aiohttp.ClientSession() as session:
+            warmer.start(session)
+            yield warmer, url
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_member_that_leaves_stops_being_warmed() -> None:
+    async with slow_engine() as (warmer, url):
         warmer.warm("ep", "pod-0", url, items(2), warmup.WarmupConfig())
         warmer.warm("ep", "pod-1", url, [], warmup.WarmupConfig())  # nothing to send
         assert warmer.warming("ep") == {"pod-0"}
@@ -184,7 +195,6 @@ async def test_a_member_that_leaves_stops_being_warmed() -> None:
         warmer.cancel("ep", "pod-9")  # unknown: nothing happens
         assert warmer.warming("ep") == set()
         await warmer.stop()
-    await runner.cleanup()
 
 
 async def test_a_member_that_hangs_up_is_not_warm_and_the_log_says_how_it_went(
@@ -223,11 +233,7 @@ async def test_a_member_not_listening_yet_is_retried_until_it_is() -> None:
 
 
 async def test_warming_a_member_again_replaces_the_warmup_in_flight_and_stop_waits() -> None:
-    state = {"active": 0, "peak": 0, "seen": [], "delay": 1}
-    runner, url = await engine_app(state)
-    warmer = warmup.Warmer(build_metrics(), lambda *_: None)
-    async with aiohttp.ClientSession() as session:
-        warmer.start(session)
+    async with slow_engine() as (warmer, url):
         warmer.warm("ep", "pod-0", url, items(1), warmup.WarmupConfig())
         first = warmer._tasks["ep", "pod-0"]
         warmer.warm("ep", "pod-0", url, items(2), warmup.WarmupConfig())
@@ -236,7 +242,6 @@ async def test_warming_a_member_again_replaces_the_warmup_in_flight_and_stop_wai
         assert first.cancelled() or first.cancelling()
         await warmer.stop()  # cancels the warm-up in flight and waits for it, raising nothing
         assert second.done()
-    await runner.cleanup()
 
 
 def test_heads_include_developer_messages_and_salts_scope_them() -> None:
