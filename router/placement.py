@@ -64,17 +64,18 @@ def holders(
     """The request's home among `walk`, and the tokens of it each member there probably holds.
 
     `chars` is what the placement index says each member holds of the prompt (leading
-    characters). The home is the first member of the walk holding the longest prefix; a member
-    off the walk (tried, ejected, warming) is no home. A later turn whose previous prompt is
-    longer than anything this replica knows of it (by more than `slack_chars`: the index's
-    chunking) went through another replica: it is presumed on its ring owner, `walk[0]`, where
-    every replica sends a conversation it has not seen, holding the previous prompt.
+    characters). The home is the first member of the walk holding the longest prefix; when
+    that prefix is held only off the walk (by a member tried, ejected or warming) there is no
+    home and the request goes as one without (router.placement.decide: the ring owner). A later
+    turn whose previous prompt is longer than anything this replica knows of it (by more than
+    `slack_chars`: the index's chunking) went through another replica: it is presumed on its
+    ring owner, `walk[0]`, where every replica sends a conversation it has not seen, holding
+    the previous prompt.
     """
-    reachable = {m: chars[m] for m in walk if chars.get(m)}
-    cached = {m: min(prompt_tokens, tokens(n)) for m, n in reachable.items()}
-    longest = max(reachable.values(), default=0)
-    home = next((m for m in walk if longest and reachable.get(m) == longest), None)
-    if previous_tokens > tokens(max(chars.values(), default=0) + slack_chars):
+    cached = {m: min(prompt_tokens, tokens(chars[m])) for m in walk if chars.get(m)}
+    longest = max(chars.values(), default=0)
+    home = next((m for m in walk if longest and chars.get(m) == longest), None)
+    if previous_tokens > tokens(longest + slack_chars):
         home = walk[0]
         cached[home] = max(cached.get(home, 0), previous_tokens)
     return home, cached

@@ -77,8 +77,10 @@ def test_the_home_is_the_first_member_of_the_walk_holding_the_longest_prefix() -
 
 
 def test_a_member_off_the_walk_is_no_home_and_what_it_holds_counts_nowhere() -> None:
-    home, cached = holders(["b", "c"], {"a": 40_960, "c": 4096})  # a was tried or ejected
-    assert (home, cached) == ("c", {"c": 1024})
+    # a (tried or ejected) holds the longest prefix: no home, the request goes as one without
+    home, cached = holders(["b", "c"], {"a": 40_960, "c": 4096})
+    assert (home, cached) == (None, {"c": 1024})
+    assert holders(["b", "c"], {"a": 4096, "c": 4096}) == ("c", {"c": 1024})
 
 
 def test_what_a_member_holds_never_exceeds_the_prompt() -> None:
