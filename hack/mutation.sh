@@ -58,6 +58,9 @@ sed -e "s|@ONLY@|${only%, }|" "$root/hack/mutation.toml" >"$stage/pyproject.toml
 
 cd "$stage"
 for m in "${MODULES[@]}"; do rm -f "mutants/src/kvpin/$m" "mutants/src/kvpin/$m.meta"; done
+# Which tests cover which function is collected again too: mutmut's incremental collection
+# runs only the tests it has not seen, and then finds no test for code the old ones cover.
+rm -f mutants/mutmut-stats.json
 # mutmut reuses a file's mutants while its source is older than them (cp -p keeps the
 # sources' times); files it only copied last time, unmutated, must be mutated afresh.
 if [ -d mutants/src ]; then
