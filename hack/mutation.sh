@@ -24,7 +24,8 @@ MODULES=(
   router/headers.py router/placement.py router/holdings.py
   router/estimates.py router/loads.py router/outliers.py router/bodies.py router/auth.py
   router/warmup.py
-  operator/quantity.py operator/gpus.py operator/engines.py operator/desired.py
+  operator/quantity.py operator/gpus.py operator/models.py operator/vram.py
+  operator/engines.py operator/desired.py
   operator/spec.py operator/status.py operator/plan.py
   sim/cache.py sim/tokens.py sim/engine.py
 )

@@ -7,8 +7,8 @@ switches prefix caching and its usage reporting on:
   tensor-parallel GPUs), `--enable-prefix-caching`, `--enable-prompt-tokens-details` so
   `usage.prompt_tokens_details.cached_tokens` is reported.
 - sglang: it has no byte budget, only `--mem-fraction-static` (weights and KV pool together),
-  so the reservation becomes that fraction of the pod's GPU memory, which must be known
-  (`spec.gpu.product` or `spec.gpu.memory`); `--enable-cache-report` adds cached tokens to usage.
+  so it gets (weights + reservation) / GPU memory (`kvpin.operator.vram`), which needs both
+  sizes known; `--enable-cache-report` adds cached tokens to usage.
 - sim: `kvpin sim --kv-cache-bytes`, the simulator sizes its block pool from it.
 - custom: the user's command and args untouched; the reservation arrives as env vars.
 
@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from kvpin.operator import vram
 from kvpin.operator.spec import EndpointSpec, SpecError
 
 VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
 SGLANG_IMAGE = "lmsysorg/sglang:v0.5.3"
-# SGLang's static fraction must leave room for activations and CUDA graphs.
-SGLANG_MAX_FRACTION = 0.95
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,10 +101,7 @@ def build_runtime(spec: EndpointSpec, *, sim_image: str) -> EngineRuntime:
 
 
 def _sglang_fraction(spec: EndpointSpec) -> str:
-    if spec.gpu.memory_bytes is None:
-        raise SpecError(
-            "the sglang engine sizes its cache as a fraction of GPU memory: set "
-            "spec.gpu.product to a known GPU or spec.gpu.memory"
-        )
-    total = spec.gpu.memory_bytes * spec.gpu.count
-    return f"{min(spec.vram_reservation_bytes / total, SGLANG_MAX_FRACTION):.3f}"
+    try:
+        return f"{vram.static_fraction(spec.memory, engine='sglang'):.3f}"
+    except ValueError as err:
+        raise SpecError(str(err)) from None

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from kvpin.operator import gpus, quantity
+from kvpin.operator import gpus, models, quantity, vram
 
 PRESETS = ("vllm", "sglang", "sim", "custom")
 KEY_MODES = ("prefix", "session", "endpoint")
@@ -58,7 +58,8 @@ class GpuSpec:
     count: int = 1
     resource_name: str = DEFAULT_GPU_RESOURCE
     product: str | None = None  # e.g. NVIDIA-A100-SXM4-80GB (node label nvidia.com/gpu.product)
-    memory_bytes: int | None = None  # per GPU; from spec.gpu.memory or the product's known size
+    memory_bytes: int | None = None
+    """Per GPU (or MIG slice): spec.gpu.memory, else what kvpin knows of the product."""
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[Mapping[str, Any], ...] = ()
 
@@ -121,14 +122,24 @@ class EndpointSpec:
     endpoint_id: str
     model: str
     replicas: int
-    vram_reservation: str
-    vram_reservation_bytes: int
+    memory: vram.PodMemory
+    """The KV-cache reservation and what is known of the weights and GPUs around it."""
     engine: EngineSpec
     gpu: GpuSpec
     routing: RoutingSpec
     pod: PodOverrides
     drain: DrainSpec = DrainSpec()
     progress_deadline_s: int = DEFAULT_PROGRESS_DEADLINE_SECONDS
+
+    @property
+    def vram_reservation(self) -> str:
+        """spec.vramReservation as written."""
+        return self.memory.reservation
+
+    @property
+    def vram_reservation_bytes(self) -> int:
+        """The KV-cache budget of one pod, in bytes."""
+        return self.memory.kv_bytes
 
 
 def parse(body: Mapping[str, Any]) -> EndpointSpec:
@@ -148,31 +159,20 @@ def parse(body: Mapping[str, Any]) -> EndpointSpec:
     reservation = spec.get("vramReservation")
     if reservation is None:
         raise SpecError("spec.vramReservation is required, e.g. 40Gi")
-    try:
-        reservation_bytes = quantity.parse_bytes(str(reservation))
-    except quantity.QuantityError as err:
-        raise SpecError(f"spec.vramReservation: {err}") from err
-    if reservation_bytes <= 0:
-        raise SpecError("spec.vramReservation must be positive")
-
+    reservation_bytes = _bytes(reservation, "spec.vramReservation")
     engine = _engine(_mapping(spec.get("engine", {}), "spec.engine"))
     gpu = _gpu(_mapping(spec.get("gpu", {}), "spec.gpu"), engine.preset)
-    if gpu.memory_bytes is not None and gpu.count > 0:
-        total = gpu.memory_bytes * gpu.count
-        if reservation_bytes > total:
-            raise SpecError(
-                f"spec.vramReservation {reservation} is larger than the pod's GPU memory "
-                f"({gpu.count} x {quantity.format_bytes(gpu.memory_bytes)}"
-                f"{' ' + gpu.product if gpu.product else ''})"
-            )
+    memory = _memory(spec, model, str(reservation), reservation_bytes, gpu)
+    problem = vram.fit_error(memory)
+    if problem:
+        raise SpecError(problem)
     return EndpointSpec(
         name=name,
         namespace=str(meta.get("namespace") or "default"),
         endpoint_id=endpoint_id,
         model=model,
         replicas=replicas,
-        vram_reservation=str(reservation),
-        vram_reservation_bytes=reservation_bytes,
+        memory=memory,
         engine=engine,
         gpu=gpu,
         routing=_routing(_mapping(spec.get("routing", {}), "spec.routing")),
@@ -183,6 +183,37 @@ def parse(body: Mapping[str, Any]) -> EndpointSpec:
             "spec.progressDeadlineSeconds", minimum=1,
         ),
     )  # fmt: skip
+
+
+def _memory(
+    spec: Mapping[str, Any], model: str, reservation: str, reservation_bytes: int, gpu: GpuSpec
+) -> vram.PodMemory:
+    """What is known of the pod's GPU memory: the GPUs' size, the weights' (spec.weightsMemory,
+    else the model's known size)."""
+    weights, source = None, ""
+    if spec.get("weightsMemory") is not None:
+        weights, source = _bytes(spec["weightsMemory"], "spec.weightsMemory"), "spec.weightsMemory"
+    elif (known := models.weights_of(model)) is not None:
+        weights, source = known, f"{model} in bf16"
+    return vram.PodMemory(
+        reservation=reservation,
+        kv_bytes=reservation_bytes,
+        gpus=gpu.count,
+        gpu_bytes=gpu.memory_bytes,
+        gpu_name=gpu.product or "",
+        weights_bytes=weights,
+        weights_source=source,
+    )
+
+
+def _bytes(value: Any, where: str) -> int:
+    try:
+        size = quantity.parse_bytes(str(value))
+    except quantity.QuantityError as err:
+        raise SpecError(f"{where}: {err}") from err
+    if size <= 0:
+        raise SpecError(f"{where} must be positive")
+    return size
 
 
 def _drain(raw: Mapping[str, Any]) -> DrainSpec:
@@ -221,21 +252,18 @@ def _gpu(raw: Mapping[str, Any], preset: str) -> GpuSpec:
     if count == 0 and preset in ("vllm", "sglang"):
         raise SpecError(f"spec.gpu.count must be at least 1 for the {preset} engine")
     product = raw.get("product") or None
-    memory_bytes = None
+    resource_name = str(raw.get("resourceName") or DEFAULT_GPU_RESOURCE)
     if raw.get("memory") is not None:
-        try:
-            memory_bytes = quantity.parse_bytes(str(raw["memory"]))
-        except quantity.QuantityError as err:
-            raise SpecError(f"spec.gpu.memory: {err}") from err
-    elif product:
-        memory_bytes = gpus.memory_of(product)
+        memory_bytes: int | None = _bytes(raw["memory"], "spec.gpu.memory")
+    else:
+        memory_bytes = gpus.memory_of(product, resource_name)
     selector = _mapping(raw.get("nodeSelector", {}), "spec.gpu.nodeSelector")
     tolerations = raw.get("tolerations", [])
     if not isinstance(tolerations, list) or not all(isinstance(t, Mapping) for t in tolerations):
         raise SpecError("spec.gpu.tolerations must be a list of tolerations")
     return GpuSpec(
         count=count,
-        resource_name=str(raw.get("resourceName") or DEFAULT_GPU_RESOURCE),
+        resource_name=resource_name,
         product=product,
         memory_bytes=memory_bytes,
         node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),

@@ -55,6 +55,7 @@ INVALID = [
     ({"engine": {"preset": "vllm"}, "gpu": {"count": 0}}, "the vllm and sglang engines need at least one GPU"),
     ({"engine": {"preset": "sglang"}}, "the sglang engine sizes its cache as a fraction of GPU memory"),
     ({"routing": {"loadFactor": 0.5}}, "loadFactor in body should be greater than or equal to 1"),
+    ({"weightsMemory": "16 GB"}, "weightsMemory must be a positive quantity such as 16Gi"),
 ]  # fmt: skip
 
 

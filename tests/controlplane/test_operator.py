@@ -312,7 +312,7 @@ def test_a_reservation_larger_than_the_gpu_is_degraded(client: Kube, namespace: 
         ),
     )
     assert degraded["reason"] == "InvalidSpec"
-    assert "larger than the pod's GPU memory" in degraded["message"]
+    assert "100Gi of KV cache, more than the" in degraded["message"]
     assert client.statefulset(namespace, "ep-huge") is None
 
 

@@ -30,20 +30,23 @@ def test_vllm_enforces_the_reservation_per_gpu_and_reports_cached_tokens() -> No
     assert r.args[i + 1 : i + 3] == ("ep-a", "sim-8b")
 
 
-def test_sglang_turns_the_reservation_into_a_memory_fraction() -> None:
+def test_sglang_turns_weights_and_reservation_into_a_memory_fraction() -> None:
     r = runtime(
         engine={"preset": "sglang"},
-        vramReservation="60Gi",
-        gpu={"count": 1, "product": "NVIDIA-H100-80GB-HBM3"},
+        vramReservation="48Gi",
+        weightsMemory="16Gi",
+        gpu={"count": 1, "memory": "80Gi"},
     )
-    assert _flag(r.args, "--mem-fraction-static") == "0.750"
+    assert _flag(r.args, "--mem-fraction-static") == "0.800"  # (16 + 48) / 80
     assert "--enable-cache-report" in r.args
     assert _flag(r.args, "--served-model-name") == "ep-test"
 
 
 def test_sglang_without_known_gpu_memory_is_a_spec_error() -> None:
     with pytest.raises(spec.SpecError, match="fraction of GPU memory"):
-        runtime(engine={"preset": "sglang"}, gpu={"count": 1})
+        runtime(engine={"preset": "sglang"}, gpu={"count": 1}, weightsMemory="16Gi")
+    with pytest.raises(spec.SpecError, match=r"set spec\.weightsMemory"):
+        runtime(engine={"preset": "sglang"}, gpu={"count": 1, "memory": "80Gi"})
 
 
 def test_sim_gets_the_reservation_as_cache_bytes() -> None:
@@ -103,7 +106,7 @@ def test_every_preset_renders_its_whole_command_line() -> None:
         "lmsysorg/sglang:v0.5.3", ("python3", "-m", "sglang.launch_server"),
         ("--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--host", "0.0.0.0",
          "--port", "30000", "--served-model-name", "support", "--tp", "2",
-         "--enable-cache-report", "--mem-fraction-static", "0.250"),
+         "--enable-cache-report", "--mem-fraction-static", "0.343"),
         (*ENV, ("KVPIN_VRAM_RESERVATION_BYTES", str(40 * 2**30))),
     )  # fmt: skip
     sim = engines.build_runtime(
@@ -130,18 +133,15 @@ def test_a_given_image_and_command_replace_the_presets() -> None:
     assert runtime.command == ("python", "-m", "vllm.entrypoints.openai.api_server")
 
 
-def test_sglang_caps_its_fraction_and_counts_every_gpu() -> None:
-    # 150Gi of 2 x 80Gi is 0.9375; 79Gi of one 80Gi GPU would be 0.9875: capped at 0.95
-    two = parsed(engine={"preset": "sglang"}, vramReservation="150Gi",
+def test_sglang_counts_every_gpu_and_never_passes_the_usable_share() -> None:
+    # 16.06 GB of Llama-3.1-8B + 130Gi of cache over 2 x 80Gi: 0.9059; one GPU of 80Gi with
+    # 61Gi of cache would be 0.9495; 62Gi does not fit and is refused before any pod starts
+    two = parsed(engine={"preset": "sglang"}, vramReservation="130Gi",
                  gpu={"count": 2, "memory": "80Gi"})  # fmt: skip
-    one = parsed(engine={"preset": "sglang"}, vramReservation="79Gi",
+    one = parsed(engine={"preset": "sglang"}, vramReservation="61Gi",
                  gpu={"count": 1, "memory": "80Gi"})  # fmt: skip
     fraction = [engines.build_runtime(s, sim_image="x").args for s in (two, one)]
-    assert [a[a.index("--mem-fraction-static") + 1] for a in fraction] == ["0.938", "0.950"]
-    with pytest.raises(spec.SpecError) as refused:
-        engines.build_runtime(parsed(engine={"preset": "sglang"}, gpu={"count": 1}),
-                              sim_image="x")  # fmt: skip
-    assert str(refused.value) == (
-        "the sglang engine sizes its cache as a fraction of GPU memory: set spec.gpu.product to "
-        "a known GPU or spec.gpu.memory"
-    )
+    assert [a[a.index("--mem-fraction-static") + 1] for a in fraction] == ["0.906", "0.949"]
+    with pytest.raises(spec.SpecError, match="at most 61Gi of KV cache fits"):
+        parsed(engine={"preset": "sglang"}, vramReservation="62Gi",
+               gpu={"count": 1, "memory": "80Gi"})  # fmt: skip

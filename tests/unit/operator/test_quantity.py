@@ -92,12 +92,3 @@ def test_formats_sizes_in_the_largest_whole_unit(size: int, text: str) -> None:
 def test_a_fraction_of_a_byte_is_refused_with_a_hint() -> None:
     with pytest.raises(quantity.QuantityError, match=r"0\.1 bytes.*did you mean Mi"):
         quantity.parse_bytes("100m")
-
-
-def test_gpu_memory_comes_from_the_table_or_the_size_in_the_name() -> None:
-    from kvpin.operator import gpus
-
-    assert gpus.memory_of("NVIDIA-L4") == 24 * 2**30  # listed: the name has no size
-    assert gpus.memory_of("NVIDIA-A100-SXM4-80GB") == 80 * 2**30
-    assert gpus.memory_of("NVIDIA-A100-PCIE-40gb") == 40 * 2**30  # any case
-    assert gpus.memory_of("AMD-Instinct-MI300X") is None  # unknown: the check is skipped

@@ -68,7 +68,7 @@ def test_known_product_gives_gpu_memory() -> None:
     body = factories.endpoint(
         engine={"preset": "vllm"}, gpu={"count": 2, "product": "NVIDIA-A100-SXM4-80GB"}
     )
-    assert spec.parse(body).gpu.memory_bytes == 80 * 2**30
+    assert spec.parse(body).gpu.memory_bytes == 80 * 2**30  # nvidia-smi: 81,920 MiB
 
 
 # Every refusal, with the whole message a user reads in the Degraded condition and the Event.
@@ -120,8 +120,13 @@ def test_known_product_gives_gpu_memory() -> None:
         ({'gpu': {'tolerations': {'key': 'a'}}}, 'spec.gpu.tolerations must be a list of tolerations'),
         ({'gpu': {'tolerations': ['a']}}, 'spec.gpu.tolerations must be a list of tolerations'),
         ({'gpu': {'count': -1}}, 'spec.gpu.count must be at least 0'),
-        ({'vramReservation': '100Gi', 'gpu': {'count': 1, 'product': 'NVIDIA-L4'}}, "spec.vramReservation 100Gi is larger than the pod's GPU memory (1 x 24Gi NVIDIA-L4)"),
-        ({'vramReservation': '100Gi', 'gpu': {'count': 2, 'memory': '40Gi'}}, "spec.vramReservation 100Gi is larger than the pod's GPU memory (2 x 40Gi)"),
+        ({'vramReservation': '100Gi', 'gpu': {'count': 1, 'product': 'NVIDIA-L4'}}, "spec.vramReservation 100Gi does not fit: 100Gi of KV cache, more than the 21.3Gi usable of the pod's GPU memory (95% of 1 x 22.5Gi NVIDIA-L4); at most 21.3Gi of KV cache fits"),
+        ({'vramReservation': '100Gi', 'gpu': {'count': 2, 'memory': '40Gi'}}, "spec.vramReservation 100Gi does not fit: 100Gi of KV cache, more than the 76Gi usable of the pod's GPU memory (95% of 2 x 40Gi); at most 76Gi of KV cache fits"),
+        ({'model': 'meta-llama/Llama-3.1-8B-Instruct', 'vramReservation': '70Gi', 'gpu': {'count': 1, 'product': 'NVIDIA-A100-SXM4-80GB'}}, "spec.vramReservation 70Gi does not fit: 70Gi of KV cache + 15Gi of weights (meta-llama/Llama-3.1-8B-Instruct in bf16) = 85Gi, more than the 76Gi usable of the pod's GPU memory (95% of 1 x 80Gi NVIDIA-A100-SXM4-80GB); at most 61Gi of KV cache fits"),
+        ({'weightsMemory': '140Gi', 'vramReservation': '1Gi', 'gpu': {'count': 1, 'product': 'NVIDIA-H100-80GB-HBM3'}}, "spec.vramReservation 1Gi does not fit: 1Gi of KV cache + 140Gi of weights (spec.weightsMemory) = 141Gi, more than the 75.6Gi usable of the pod's GPU memory (95% of 1 x 79.6Gi NVIDIA-H100-80GB-HBM3); the weights alone do not fit"),
+        ({'vramReservation': '20Gi', 'gpu': {'count': 1, 'resourceName': 'nvidia.com/mig-3g.20gb', 'product': 'NVIDIA-A100-SXM4-40GB'}}, "spec.vramReservation 20Gi does not fit: 20Gi of KV cache, more than the 17.6Gi usable of the pod's GPU memory (95% of 1 x 18.6Gi NVIDIA-A100-SXM4-40GB); at most 17.6Gi of KV cache fits"),
+        ({'weightsMemory': 'big'}, "spec.weightsMemory: not a quantity: 'big' (examples: 40Gi, 500Mi, 8G)"),
+        ({'weightsMemory': '0'}, 'spec.weightsMemory must be positive'),
     ],
 )  # fmt: skip
 def test_rejects_what_cannot_be_served_saying_exactly_why(override: dict, message: str) -> None:
@@ -155,7 +160,13 @@ def test_rejects_a_body_that_is_not_an_object(body: dict, message: str) -> None:
         {"drain": {"leaveRingSeconds": 0, "gracePeriodSeconds": 3600}},
         {"drain": {"leaveRingSeconds": 3600, "gracePeriodSeconds": 1}},
         {"progressDeadlineSeconds": 1},
-        {"vramReservation": "24Gi", "gpu": {"count": 1, "product": "NVIDIA-L4"}},
+        # 95% of an L4's 23,034 MiB, to the byte
+        {"vramReservation": "22945254604", "gpu": {"count": 1, "product": "NVIDIA-L4"}},
+        {
+            "model": "meta-llama/Llama-3.1-8B-Instruct",
+            "vramReservation": "61Gi",
+            "gpu": {"count": 1, "product": "NVIDIA-A100-SXM4-80GB"},
+        },
         {"engine": {"preset": "sim"}, "gpu": {"count": 0}},
         {"engine": {"preset": "custom", "image": "my/engine:1"}, "gpu": {"count": 0}},
     ],
