@@ -37,6 +37,18 @@ KOPF_ANNOTATION_PREFIX = f"operator.{GROUP}"
 FIELD_MANAGER = "kvpin-operator"
 
 
+def claim_rank(body: Mapping[str, Any]) -> tuple[str, str, str]:
+    """Two CachedEndpoints claiming one endpoint id (in one namespace or several): the lower
+    rank, the older object, wins. The operator publishes no ring for the loser and the router
+    serves the winner, so both must rank alike, with no state of their own."""
+    meta = body["metadata"]
+    return (
+        str(meta.get("creationTimestamp") or ""),
+        str(meta.get("namespace") or ""),
+        str(meta["name"]),
+    )
+
+
 @dataclasses.dataclass(frozen=True, order=True)
 class RingMember:
     """One Ready pod of an endpoint: its stable pod name and where it serves."""

@@ -1,14 +1,17 @@
-"""Which CachedEndpoint of a namespace owns an endpoint id.
+"""Which CachedEndpoint owns an endpoint id.
 
-Pure. Two objects may not claim one endpoint id in a namespace (the router could not tell
-their pools apart). The oldest claim wins, ties broken by name, so every operator replica and
-every resync agrees on the winner without any state of its own.
+Pure. Two objects may not claim one endpoint id, in one namespace or in two that a router
+watches (clients name the endpoint by id alone, so the router could not tell their pools
+apart). The oldest claim wins (`api.claim_rank`, the router's own rule), so every operator
+replica, every resync and every router agrees on the winner without any state of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from kvpin import api
 
 
 def endpoint_id_of(body: Mapping[str, Any]) -> str:
@@ -18,21 +21,17 @@ def endpoint_id_of(body: Mapping[str, Any]) -> str:
 
 
 def find_rival(body: Mapping[str, Any], others: Iterable[Mapping[str, Any]]) -> str | None:
-    """The name of an older CachedEndpoint claiming the same id, or None if `body` wins."""
-    mine = endpoint_id_of(body)
-    me = _rank(body)
+    """`namespace/name` of an older CachedEndpoint claiming the same id, or None if `body`
+    wins."""
+    mine, me = endpoint_id_of(body), api.claim_rank(body)
     rivals = sorted(
-        _rank(o)
+        api.claim_rank(o)
         for o in others
-        if o["metadata"]["name"] != body["metadata"]["name"]
+        if api.claim_rank(o) != me
         and not o["metadata"].get("deletionTimestamp")
         and endpoint_id_of(o) == mine
     )
     if rivals and rivals[0] < me:
-        return rivals[0][1]
+        _, namespace, name = rivals[0]
+        return f"{namespace}/{name}"
     return None
-
-
-def _rank(body: Mapping[str, Any]) -> tuple[str, str]:
-    meta = body["metadata"]
-    return (str(meta.get("creationTimestamp") or ""), str(meta["name"]))

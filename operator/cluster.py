@@ -3,11 +3,14 @@
 I/O. Everything else in kvpin.operator is pure and hands this module finished manifests.
 Children are server-side applied with one field manager, so create, update and resync are the
 same call, and fields other controllers own (an HPA's replicas on the StatefulSet's scale, say)
-are left alone. A child that exists but is not owned by the CachedEndpoint is never touched.
+are left alone. A child that exists but is not owned by the CachedEndpoint is never touched,
+unless it is an orphan carrying the endpoint's labels, which is adopted.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import glob
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -38,6 +41,32 @@ def owned_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
     """Whether `obj` names the object with `owner_uid` among its owners."""
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(ref.get("uid") == owner_uid for ref in refs)
+
+
+def adoptable(obj: Mapping[str, Any], endpoint_name: str) -> bool:
+    """Whether `obj` is an orphan of this endpoint, to be adopted rather than refused: it
+    carries the labels the operator gives its children and no controller owns it (its
+    CachedEndpoint was deleted with `--cascade=orphan` and made again, say, so its pods, and
+    their caches, live on under the new object)."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return (
+        labels.get(api.LABEL_ENDPOINT) == endpoint_name
+        and labels.get(api.LABEL_MANAGED_BY) == api.MANAGED_BY
+        and not any(ref.get("controller") for ref in meta.get("ownerReferences") or [])
+    )
+
+
+def may_apply(
+    existing: Mapping[str, Any] | None, manifest: Mapping[str, Any], owner_uid: str
+) -> bool:
+    """Whether applying `manifest` over `existing` (None: absent) takes nothing from another
+    owner."""
+    return (
+        existing is None
+        or owned_by(existing, owner_uid)
+        or adoptable(existing, manifest["metadata"]["labels"][api.LABEL_ENDPOINT])
+    )
 
 
 def _json(response: Any) -> dict[str, Any]:
@@ -82,10 +111,10 @@ class Cluster:
             raise ClusterError(f"reading {kind} {namespace}/{name}: {err.reason}") from err
 
     def apply_child(self, manifest: Mapping[str, Any], *, owner_uid: str) -> dict[str, Any]:
-        """Server-side apply a child the CachedEndpoint owns; refuse to adopt a stranger."""
+        """Server-side apply a child the CachedEndpoint owns or adopts; refuse a stranger."""
         kind, meta = manifest["kind"], manifest["metadata"]
         existing = self.read(kind, meta["namespace"], meta["name"])
-        if existing is not None and not owned_by(existing, owner_uid):
+        if not may_apply(existing, manifest, owner_uid):
             raise ChildConflictError(
                 f"{kind} {meta['name']} already exists and is not owned by this CachedEndpoint"
             )
@@ -155,8 +184,9 @@ class Cluster:
         return list(_json(response).get("items") or [])
 
     def list_all_endpoints(self, namespaces: Sequence[str]) -> list[dict[str, Any]]:
-        """Every CachedEndpoint in `namespaces` (empty: the whole cluster)."""
-        if namespaces:
+        """Every CachedEndpoint in `namespaces` (empty: the whole cluster; a glob such as
+        `team-*` lists the cluster and keeps the namespaces it matches)."""
+        if namespaces and not any(glob.has_magic(ns) for ns in namespaces):
             return [body for ns in namespaces for body in self.list_endpoints(ns)]
         try:
             response = self.custom.list_cluster_custom_object(
@@ -164,7 +194,11 @@ class Cluster:
             )
         except ApiException as err:
             raise ClusterError(f"listing CachedEndpoints: {_message(err)}") from err
-        return list(_json(response).get("items") or [])
+        return [
+            body for body in _json(response).get("items") or []
+            if not namespaces
+            or any(fnmatch.fnmatchcase(body["metadata"]["namespace"], ns) for ns in namespaces)
+        ]  # fmt: skip
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Replace the fields of `status` we own (merge patch: lists are replaced whole)."""

@@ -19,7 +19,7 @@ import kubernetes.config
 import prometheus_client
 
 from kvpin import api, logs
-from kvpin.operator import cluster, metrics, reconciling, status
+from kvpin.operator import claims, cluster, metrics, reconciling, status
 from kvpin.operator import settings as settings_module
 
 RETRY_DELAY_SECONDS = 5.0
@@ -158,6 +158,30 @@ def repair_endpoint(
         logger.info("repair of %s: %s (the resync retries)", owner["name"], err)
 
 
+def release_endpoint(
+    *, type: str | None, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any
+) -> None:
+    """A CachedEndpoint is gone: forget its lock and metric series, and reconcile at once any
+    other that claims its endpoint id (it wins the id now, not at the next resync)."""
+    if type != "DELETED":
+        return
+    meta = body["metadata"]
+    memo.locks.forget(meta["namespace"], meta["name"])
+    metrics.forget_endpoint(meta["namespace"], meta["name"])
+    released = claims.endpoint_id_of(body)
+    try:
+        others = memo.cluster.list_all_endpoints(memo.config.namespaces)
+    except cluster.ClusterError as err:
+        logger.info("after the deletion of %s: %s (the resync repairs)", meta["name"], err)
+        return
+    for other in others:
+        if claims.endpoint_id_of(other) == released and other["metadata"]["uid"] != meta["uid"]:
+            try:
+                reconcile_endpoint(other, memo)  # type: ignore[arg-type]
+            except (kopf.TemporaryError, kopf.PermanentError) as err:
+                logger.info("claim of %s: %s (the resync retries)", other["metadata"]["name"], err)
+
+
 def _post(outcome: reconciling.Outcome) -> None:
     for event in outcome.events:
         kopf.event(outcome.endpoint, type=event.type, reason=event.reason, message=event.message)
@@ -182,6 +206,7 @@ def build_registry(config: settings_module.OperatorConfig) -> kopf.OperatorRegis
         on(*cep, registry=registry, id="reconcile")(reconcile_endpoint)
     kopf.on.startup(registry=registry)(start_resync)
     kopf.on.cleanup(registry=registry)(stop_resync)
+    kopf.on.event(*cep, registry=registry)(release_endpoint)
     kopf.on.event("", "v1", "pods", labels=owned, registry=registry)(refresh_endpoint)
     for group, version, plural in (("apps", "v1", "statefulsets"), ("", "v1", "services"),
                                    ("policy", "v1", "poddisruptionbudgets")):  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -56,3 +57,5 @@ def forget_endpoint(namespace: str, name: str) -> None:
     for kind in _TYPES.pop((namespace, name), ()):
         for value in _STATUSES:
             CONDITION.remove(namespace, name, kind, value)
+    with contextlib.suppress(KeyError):  # never changed its ring
+        RING_CHANGES.remove(namespace, name)

@@ -46,6 +46,14 @@ class StatusLocks:
         with self._guard:
             return self._locks[namespace, name]
 
+    def forget(self, namespace: str, name: str) -> None:
+        """The endpoint is gone: drop its lock (a thread holding it keeps its reference)."""
+        with self._guard:
+            self._locks.pop((namespace, name), None)
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
 
 def reconcile(
     body: Mapping[str, Any],
@@ -71,8 +79,10 @@ def reconcile(
         ):
             return None  # deleted (or replaced) meanwhile
         uid = fresh["metadata"]["uid"]
-        todo = plan.build_plan(fresh, cluster.list_endpoints(namespace), sim_image=config.sim_image)
+        others = cluster.list_all_endpoints(config.namespaces)
+        todo = plan.build_plan(fresh, others, sim_image=config.sim_image)
         problem = todo.problem
+        before = cluster.read("StatefulSet", namespace, name) if todo.apply else None
         try:
             for manifest in todo.apply:
                 cluster.apply_child(manifest, owner_uid=uid)
@@ -82,7 +92,13 @@ def reconcile(
             problem = status.Problem(status.REASON_CHILD_CONFLICT, str(err))
         except clusters.ChildRejectedError as err:
             problem = status.Problem(status.REASON_CHILD_REJECTED, str(err))
-        return _write_status(fresh, todo, problem, cluster=cluster, trigger="reconcile")
+        outcome = _write_status(fresh, todo, problem, cluster=cluster, trigger="reconcile")
+        scaled = None
+        if problem is None and todo.endpoint and clusters.owned_by(before or {}, uid):
+            scaled = status.scaling_event(before, todo.endpoint.replicas)
+        if scaled is None:
+            return outcome
+        return dataclasses.replace(outcome, events=(scaled, *outcome.events))
 
 
 def refresh(
@@ -100,7 +116,7 @@ def refresh(
         if body is None or body["metadata"].get("deletionTimestamp"):
             metrics.forget_endpoint(namespace, name)
             return None
-        others = cluster.list_endpoints(namespace)
+        others = cluster.list_all_endpoints(config.namespaces)
         todo = plan.build_plan(body, others, sim_image=config.sim_image)
         problem = todo.problem or _child_conflict_of(body)
         return _write_status(body, todo, problem, cluster=cluster, trigger=trigger)

@@ -150,7 +150,9 @@ def compute_status(
     return {
         "observedGeneration": generation,
         "endpointId": endpoint_id,
-        "replicas": desired_replicas,
+        # What exists, as a StatefulSet's status.replicas means (the HPA reads it through the
+        # scale subresource); the desired count is the spec's.
+        "replicas": sum(1 for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")),
         "readyReplicas": ready,
         "selector": selector,
         "vramReservation": vram_reservation,
@@ -263,6 +265,14 @@ def _with_time(
     return {**condition, "observedGeneration": generation, "lastTransitionTime": when or now}
 
 
+def scaling_event(before: Mapping[str, Any] | None, desired: int) -> Event | None:
+    """The Event of a reconcile that changes the StatefulSet's replicas from `before`'s."""
+    replicas = ((before or {}).get("spec") or {}).get("replicas")
+    if before is None or replicas is None or replicas == desired:
+        return None
+    return Event("Normal", EVENT_SCALED, f"replicas {replicas} -> {desired}")
+
+
 def compute_events(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
     """The Events that the step from `old` to `new` status deserves (none when equal)."""
     events: list[Event] = []
@@ -276,10 +286,6 @@ def compute_events(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event
                 EVENT_RING_CHANGED,
                 f"ring {new_ring.get('version')}: {new_ring.get('size', 0)} members ({names})",
             )
-        )
-    if "replicas" in old and old.get("replicas") != new.get("replicas"):
-        events.append(
-            Event("Normal", EVENT_SCALED, f"replicas {old['replicas']} -> {new['replicas']}")
         )
     was, now = _find(old, PROGRESSING), _find(new, PROGRESSING)
     rolling_before = was.get("reason") == REASON_ROLLING and was.get("status") == "True"

@@ -55,11 +55,7 @@ def build_endpoints(objects: Sequence[Mapping[str, Any]]) -> dict[str, config.En
     deleted or whose spec the router cannot read are left out, with a log line.
     """
     endpoints: dict[str, config.EndpointConfig] = {}
-    ordered = sorted(
-        objects,
-        key=lambda o: (o["metadata"].get("creationTimestamp", ""), o["metadata"]["namespace"],
-                       o["metadata"]["name"]),
-    )  # fmt: skip
+    ordered = sorted(objects, key=api.claim_rank)
     for obj in ordered:
         meta = obj["metadata"]
         if meta.get("deletionTimestamp"):

@@ -1,3 +1,4 @@
+from kvpin import api
 from kvpin.operator import plan, status
 from tests import factories
 
@@ -39,9 +40,22 @@ def test_the_older_claim_on_an_endpoint_id_wins() -> None:
     assert loser.problem is not None
     assert loser.problem == status.Problem(
         status.REASON_ENDPOINT_ID_CONFLICT,
-        "endpoint id 'ep-x' is already claimed by CachedEndpoint ep-a; change spec.endpointId",
+        "endpoint id 'ep-x' is already claimed by CachedEndpoint default/ep-a; change "
+        "spec.endpointId",
     )
     assert loser.endpoint is not None and loser.endpoint.endpoint_id == "ep-x"
+
+
+def test_claims_span_namespaces_as_the_router_serves_ids_from_all_it_watches() -> None:
+    older = factories.endpoint("ep", namespace="team-a", uid="a", created="2026-01-01T00:00:00Z")
+    newer = factories.endpoint("ep", namespace="team-b", uid="b", created="2026-01-02T00:00:00Z")
+    assert build(older, [older, newer]).problem is None  # same name, not the same object
+    loser = build(newer, [older, newer]).problem
+    assert loser is not None and "claimed by CachedEndpoint team-a/ep;" in loser.message
+    # created in the same second: the router's tie-break (namespace, then name) decides alike
+    twin = factories.endpoint("ep", namespace="team-0", uid="c", created="2026-01-01T00:00:00Z")
+    assert build(older, [older, twin]).problem is not None
+    assert sorted([older, twin], key=api.claim_rank)[0] is twin
 
 
 def test_an_endpoint_id_defaults_to_the_name_when_claims_are_compared() -> None:

@@ -117,8 +117,7 @@ def test_events_for_transitions() -> None:
         [*pods, factories.pod("ep-test-2", ip="10.0.0.3")], desired=3, previous=settled
     )
     assert [e.reason for e in status.compute_events(settled, scaled)] == [
-        status.EVENT_RING_CHANGED,
-        status.EVENT_SCALED,
+        status.EVENT_RING_CHANGED  # a pod joining is not a scale: the reconcile posts that
     ]
     rolling = compute(pods, sts=factories.statefulset(update="r2"), previous=settled)
     assert [e.reason for e in status.compute_events(settled, rolling)] == [
@@ -341,9 +340,7 @@ def test_every_event_says_what_changed() -> None:
     assert status.compute_events(rolling, settled) == [
         status.Event("Normal", "RolloutFinished", "all pods on the new revision")
     ]
-    assert status.compute_events(settled, scaled)[0] == status.Event(
-        "Normal", "Scaled", "replicas 2 -> 3"
-    )
+    assert status.compute_events(settled, scaled) == []  # the spec's count: not an event here
     assert status.compute_events(settled, degraded) == [
         status.Event("Warning", "Degraded", "ChildNotOwned: Service ep-test exists")
     ]
@@ -351,4 +348,20 @@ def test_every_event_says_what_changed() -> None:
     assert status.compute_events(degraded, settled) == [
         status.Event("Normal", "Recovered", "the endpoint reconciles again")
     ]
-    assert status.compute_events({}, settled)[-1].reason == "RingChanged"  # no "replicas" yet
+    assert status.compute_events({}, settled)[-1].reason == "RingChanged"
+
+
+def test_a_scale_is_the_statefulsets_replicas_changing() -> None:
+    before = {**factories.statefulset(), "spec": {"replicas": 2}}
+    assert status.scaling_event(before, 3) == status.Event("Normal", "Scaled", "replicas 2 -> 3")
+    assert status.scaling_event(before, 2) is None
+    assert status.scaling_event(None, 2) is None  # created, not scaled
+    assert status.scaling_event({"spec": {}}, 2) is None
+
+
+def test_replicas_are_the_pods_that_exist_not_the_desired_count() -> None:
+    leaving = factories.pod("ep-test-1", ip="10.0.0.2")
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    st = compute([factories.pod("ep-test-0"), leaving], desired=3)
+    assert (st["replicas"], st["readyReplicas"]) == (1, 1)
+    assert compute([], desired=3)["replicas"] == 0
