@@ -35,9 +35,6 @@ def _operator_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     )  # fmt: skip
     parser.add_argument("-A", "--all-namespaces", action="store_true", help="watch the cluster")
     parser.add_argument("--resync-seconds", type=float, default=60.0, help="periodic resync")
-    parser.add_argument(
-        "--peering", metavar="NAME", help="kopf peering name for several replicas (opt-in)"
-    )
     parser.add_argument("--sim-image", help="image for the `sim` engine preset")
     parser.add_argument("--host", default="0.0.0.0", help="bind address of /healthz, /metrics")
     parser.add_argument("--liveness-port", type=int, default=8080, help="/healthz port, 0: off")
@@ -58,7 +55,6 @@ def _run_operator(args: argparse.Namespace) -> None:
     config = settings.OperatorConfig(
         namespaces=() if args.all_namespaces else tuple(args.namespace),
         resync_seconds=args.resync_seconds,
-        peering=args.peering,
         sim_image=args.sim_image or settings.DEFAULT_SIM_IMAGE,
         liveness_host=args.host,
         liveness_port=args.liveness_port,

@@ -29,6 +29,7 @@ LIVENESS_TIMEOUT_SECONDS = 10
 # first evicted under node pressure). GPU engines stage weights through host memory.
 DEFAULT_REQUESTS = {True: {"cpu": "2", "memory": "16Gi"}, False: {"cpu": "100m", "memory": "256Mi"}}
 SHM_VOLUME = "kvpin-shm"  # /dev/shm of engines on several GPUs
+PROBE_HANDLERS = ("httpGet", "exec", "tcpSocket", "grpc")
 
 
 def build_selector(name: str) -> dict[str, str]:
@@ -92,6 +93,11 @@ def build_statefulset(
             },
             "selector": {"matchLabels": build_selector(spec.name)},
             "template": build_pod_template(spec, sim_image=sim_image),
+            **(
+                {"volumeClaimTemplates": [dict(t) for t in spec.pod.volume_claim_templates]}
+                if spec.pod.volume_claim_templates
+                else {}
+            ),
         },
     }
 
@@ -143,9 +149,22 @@ def build_pod_template(spec: EndpointSpec, *, sim_image: str) -> dict[str, Any]:
     }
 
 
+def _probe(spec: EndpointSpec, kind: str, **timing: int) -> dict[str, Any]:
+    """The engine's probe of `kind` with spec.pod's fields merged over it; a handler given
+    there replaces ours."""
+    override = dict(spec.pod.probes.get(kind) or {})
+    handler = {"httpGet": {"path": spec.engine.health_path, "port": PORT_NAME}}
+    if any(h in override for h in PROBE_HANDLERS):
+        handler = {}
+    return {**handler, **timing, **override}
+
+
 def _container(spec: EndpointSpec, runtime: engines.EngineRuntime) -> dict[str, Any]:
-    probe = {"httpGet": {"path": spec.engine.health_path, "port": PORT_NAME}}
-    env = [{"name": k, "value": v} for k, v in runtime.env] + [dict(e) for e in spec.pod.env]
+    env = [{"name": k, "value": v} for k, v in runtime.env]
+    if spec.engine.hub_token_secret:
+        name, key = spec.engine.hub_token_secret
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": name, "key": key}}})
+    env += [dict(e) for e in spec.pod.env]
     container: dict[str, Any] = {
         "name": "engine",
         "image": runtime.image,
@@ -154,23 +173,26 @@ def _container(spec: EndpointSpec, runtime: engines.EngineRuntime) -> dict[str, 
         "ports": [{"name": PORT_NAME, "containerPort": spec.engine.port, "protocol": "TCP"}],
         "env": env,
         "resources": _resources(spec),
-        "startupProbe": {
-            **probe,
-            "periodSeconds": PROBE_PERIOD_SECONDS,
-            "failureThreshold": STARTUP_FAILURES,
-        },
-        "readinessProbe": {
-            **probe,
-            "periodSeconds": 5,
-            "failureThreshold": 2,
-            "timeoutSeconds": READINESS_TIMEOUT_SECONDS,
-        },
-        "livenessProbe": {
-            **probe,
-            "periodSeconds": 15,
-            "failureThreshold": 4,
-            "timeoutSeconds": LIVENESS_TIMEOUT_SECONDS,
-        },
+        "startupProbe": _probe(
+            spec,
+            "startupProbe",
+            periodSeconds=PROBE_PERIOD_SECONDS,
+            failureThreshold=STARTUP_FAILURES,
+        ),
+        "readinessProbe": _probe(
+            spec,
+            "readinessProbe",
+            periodSeconds=5,
+            failureThreshold=2,
+            timeoutSeconds=READINESS_TIMEOUT_SECONDS,
+        ),
+        "livenessProbe": _probe(
+            spec,
+            "livenessProbe",
+            periodSeconds=15,
+            failureThreshold=4,
+            timeoutSeconds=LIVENESS_TIMEOUT_SECONDS,
+        ),
     }
     if spec.drain.leave_ring_seconds:
         # Keep serving while the pod leaves the ring (the sleep action needs no shell in the

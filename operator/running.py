@@ -28,8 +28,7 @@ async def serve(config: OperatorConfig, *, stop_flag: asyncio.Event | None = Non
     await kopf.operator(
         registry=handlers.build_registry(config),
         memo=kopf.Memo(config=config),
-        standalone=config.peering is None,
-        peering_name=config.peering,
+        standalone=True,  # see settings.apply_kopf_settings
         clusterwide=not config.namespaces,
         namespaces=list(config.namespaces),
         liveness_endpoint=liveness,

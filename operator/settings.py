@@ -23,8 +23,6 @@ class OperatorConfig:
     """Namespaces to watch (glob patterns allowed); empty means the whole cluster."""
     resync_seconds: float = 60.0
     """How often every CachedEndpoint is reconciled again, to repair anything missed."""
-    peering: str | None = None
-    """kopf peering name for several replicas (needs kopf's peering CRDs); None: standalone."""
     sim_image: str = DEFAULT_SIM_IMAGE
     """Image of the `sim` engine preset: kvpin's own image, which has `kvpin sim`."""
     liveness_host: str = "0.0.0.0"
@@ -49,11 +47,8 @@ def apply_kopf_settings(settings: kopf.OperatorSettings, config: OperatorConfig)
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
     settings.watching.connect_timeout = 10
-    # Pod readiness must reach status.ring within about a second: no batching delay.
-    settings.batching.idle_timeout = 0.1
-    settings.batching.batch_window = 0.05
     settings.posting.level = 30  # WARNING and above from handler loggers become Events
-    settings.peering.standalone = config.peering is None
-    if config.peering:
-        settings.peering.name = config.peering
-        settings.peering.mandatory = True
+    # One replica, no kopf peering: the reconcile is level-triggered and idempotent, so a
+    # restarted operator (seconds, with the chart's Recreate strategy) loses nothing, and
+    # peering would need kopf's own CRDs and RBAC for no gain in availability.
+    settings.peering.standalone = True

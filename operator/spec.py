@@ -16,6 +16,7 @@ from typing import Any
 from kvpin.operator import gpus, models, quantity, vram
 
 PRESETS = ("vllm", "sglang", "sim", "custom")
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
 KEY_MODES = ("prefix", "session", "endpoint")
 DEFAULT_PORT = 8000
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -49,6 +50,8 @@ class EngineSpec:
     args: tuple[str, ...] = ()  # appended to a preset's own arguments
     port: int = DEFAULT_PORT
     health_path: str = "/health"  # readiness probe path on the engine's port
+    hub_token_secret: tuple[str, str] | None = None
+    """(Secret name, key) of the model hub's token, given to the engine as HF_TOKEN."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +103,10 @@ class PodOverrides:
     shm_size: str = DEFAULT_SHM_SIZE
     """/dev/shm for engines on several GPUs (NCCL's shared memory); the default 64 MiB is not
     enough for tensor parallelism."""
+    probes: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    """startupProbe, readinessProbe, livenessProbe: fields merged over the engine's own."""
+    volume_claim_templates: tuple[Mapping[str, Any], ...] = ()
+    """Claims each pod keeps across restarts (a model cache), as a StatefulSet's."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,7 +251,18 @@ def _engine(raw: Mapping[str, Any]) -> EngineSpec:
         args=_strings(raw.get("args", []), "spec.engine.args"),
         port=port,
         health_path=str(raw.get("healthPath") or "/health"),
+        hub_token_secret=_secret_ref(raw.get("hubTokenSecret"), "spec.engine.hubTokenSecret"),
     )
+
+
+def _secret_ref(raw: Any, where: str) -> tuple[str, str] | None:
+    if raw is None:
+        return None
+    ref = _mapping(raw, where)
+    name, key = ref.get("name"), ref.get("key", "token")
+    if not isinstance(name, str) or not name or not isinstance(key, str) or not key:
+        raise SpecError(f"{where} needs the Secret's name (and a key, default token)")
+    return name, key
 
 
 def _gpu(raw: Mapping[str, Any], preset: str) -> GpuSpec:
@@ -330,7 +348,23 @@ def _pod(raw: Mapping[str, Any]) -> PodOverrides:
         init_containers=_mappings(raw.get("initContainers", []), "spec.pod.initContainers"),
         sidecars=_mappings(raw.get("sidecars", []), "spec.pod.sidecars"),
         shm_size=_shm(raw.get("shmSize", DEFAULT_SHM_SIZE)),
+        probes={
+            kind: _mapping(raw[kind], f"spec.pod.{kind}")
+            for kind in PROBES
+            if raw.get(kind) is not None
+        },
+        volume_claim_templates=_claim_templates(raw.get("volumeClaimTemplates", [])),
     )
+
+
+def _claim_templates(raw: Any) -> tuple[Mapping[str, Any], ...]:
+    templates = _mappings(raw, "spec.pod.volumeClaimTemplates")
+    for i, template in enumerate(templates):
+        name = (_mapping(template.get("metadata"), f"spec.pod.volumeClaimTemplates[{i}]"
+                         ".metadata")).get("name")  # fmt: skip
+        if not isinstance(name, str) or not _DNS_LABEL.match(name):
+            raise SpecError(f"spec.pod.volumeClaimTemplates[{i}].metadata.name must be a DNS label")
+    return templates
 
 
 def _shm(value: Any) -> str:

@@ -5,14 +5,16 @@ Degraded cases."""
 from __future__ import annotations
 
 import json
+import pathlib
 import time
 import urllib.request
 from typing import Any
 
 import pytest
+import yaml
 
 from kvpin import api
-from tests import figures
+from tests import crd, figures
 from tests.controlplane import cluster, operators
 from tests.controlplane.kube import Kube, wait_for
 
@@ -494,3 +496,21 @@ def test_metrics_and_json_logs(
     lines = [line for line in operator.log.read_text().splitlines() if line.startswith("{")]
     assert lines, "no JSON log lines"
     assert all("message" in json.loads(line) for line in lines)
+
+
+@pytest.mark.parametrize("path", crd.EXAMPLES, ids=lambda p: p.name)
+def test_every_examples_children_are_accepted_by_the_api_server(
+    control_plane: cluster.ControlPlane, client: Kube, namespace: str, path: pathlib.Path
+) -> None:
+    # Admission of the CachedEndpoint is not enough: the StatefulSet the operator renders from
+    # it (claim templates, probes, the hub token's secretKeyRef) must pass the server's own
+    # validation, or the endpoint would sit in ChildRejected.
+    control_plane.kubectl("apply", "-n", namespace, "-f", str(path))
+    name = yaml.safe_load(path.read_text())["metadata"]["name"]
+    sts = wait_for(f"{name}'s StatefulSet", lambda: client.statefulset(namespace, name))
+    degraded = client.condition(namespace, name, "Degraded")
+    assert degraded.get("reason") != "ChildRejected", degraded
+    if name == "ep-support":
+        assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["models"]
+        (engine,) = sts["spec"]["template"]["spec"]["containers"]
+        assert engine["startupProbe"]["failureThreshold"] == 360

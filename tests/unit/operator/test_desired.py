@@ -331,3 +331,47 @@ def test_a_pool_without_gpus_or_drain_gets_small_requests_and_no_pinning() -> No
     assert pdb is None
     custom, _, _ = render(engine={"preset": "custom", "image": "my/engine:1"})
     assert "command" not in custom["spec"]["template"]["spec"]["containers"][0]  # its entrypoint
+
+
+def test_probe_fields_are_merged_over_the_engines_and_a_handler_replaces_ours() -> None:
+    slow_loader = {"failureThreshold": 360, "initialDelaySeconds": 30}
+    script = {"exec": {"command": ["/ready.sh"]}, "timeoutSeconds": 20}
+    sts, _, _ = render(**gpu_endpoint(pod={"startupProbe": slow_loader, "readinessProbe": script}))
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    assert container["startupProbe"] == {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": 10, "failureThreshold": 360, "initialDelaySeconds": 30,
+    }  # fmt: skip
+    assert container["readinessProbe"] == {
+        "exec": {"command": ["/ready.sh"]}, "periodSeconds": 5, "failureThreshold": 2,
+        "timeoutSeconds": 20,
+    }  # fmt: skip
+    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+
+
+def test_each_pod_keeps_its_own_model_cache_claim() -> None:
+    storage = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "50Gi"}}}
+    claim = {"metadata": {"name": "models"}, "spec": storage}
+    sts, _, _ = render(**gpu_endpoint(pod={
+        "volumeClaimTemplates": [claim], "volumeMounts": [{"name": "models", "mountPath": "/m"}],
+    }))  # fmt: skip
+    assert sts["spec"]["volumeClaimTemplates"] == [claim]
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    assert {"name": "models", "mountPath": "/m"} in container["volumeMounts"]
+    # claims go with the pod that is scaled away or the endpoint deleted: no orphaned disks
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == {
+        "whenDeleted": "Delete", "whenScaled": "Delete"
+    }  # fmt: skip
+    assert "volumeClaimTemplates" not in render(**gpu_endpoint())[0]["spec"]
+
+
+def test_the_hub_token_comes_from_a_secret_and_user_env_follows() -> None:
+    sts, _, _ = render(**gpu_endpoint(
+        engine={"preset": "vllm", "hubTokenSecret": {"name": "hf"}},
+        pod={"env": [{"name": "HF_HOME", "value": "/m"}]},
+    ))  # fmt: skip
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    names = [e["name"] for e in container["env"]]
+    assert names[-2:] == ["HF_TOKEN", "HF_HOME"]
+    assert container["env"][-2]["valueFrom"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
+    assert "value" not in container["env"][-2]  # never the token itself in the StatefulSet
