@@ -199,7 +199,6 @@ def build_registry(config: settings_module.OperatorConfig) -> kopf.OperatorRegis
     """A registry with every handler of the operator."""
     registry = kopf.OperatorRegistry()
     cep = (api.GROUP, api.VERSION, api.PLURAL)
-    owned = {api.LABEL_ENDPOINT: kopf.PRESENT, api.LABEL_MANAGED_BY: api.MANAGED_BY}
     kopf.on.startup(registry=registry)(startup)
     kopf.on.login(registry=registry)(login)
     for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
@@ -207,8 +206,8 @@ def build_registry(config: settings_module.OperatorConfig) -> kopf.OperatorRegis
     kopf.on.startup(registry=registry)(start_resync)
     kopf.on.cleanup(registry=registry)(stop_resync)
     kopf.on.event(*cep, registry=registry)(release_endpoint)
-    kopf.on.event("", "v1", "pods", labels=owned, registry=registry)(refresh_endpoint)
-    for group, version, plural in (("apps", "v1", "statefulsets"), ("", "v1", "services"),
-                                   ("policy", "v1", "poddisruptionbudgets")):  # fmt: skip
-        kopf.on.event(group, version, plural, labels=owned, registry=registry)(repair_endpoint)
+    owned = settings_module.CHILD_LABELS  # the API server filters too (apply_kopf_settings)
+    kopf.on.event(*settings_module.POD_RESOURCE, labels=owned, registry=registry)(refresh_endpoint)
+    for resource in settings_module.CHILD_RESOURCES:
+        kopf.on.event(*resource, labels=owned, registry=registry)(repair_endpoint)
     return registry

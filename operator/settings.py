@@ -13,6 +13,16 @@ import kopf
 from kvpin import __version__, api
 
 DEFAULT_SIM_IMAGE = f"ghcr.io/kvpin/kvpin:{__version__}"
+# Watched besides CachedEndpoints: the children the operator makes, and their pods.
+POD_RESOURCE = ("", "v1", "pods")
+CHILD_RESOURCES = (
+    ("apps", "v1", "statefulsets"),
+    ("", "v1", "services"),
+    ("policy", "v1", "poddisruptionbudgets"),
+)
+# Every child and pod carries these labels (desired.build_labels).
+CHILD_LABELS = {api.LABEL_ENDPOINT: kopf.PRESENT, api.LABEL_MANAGED_BY: api.MANAGED_BY}
+CHILD_SELECTOR = f"{api.LABEL_ENDPOINT},{api.LABEL_MANAGED_BY}={api.MANAGED_BY}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +57,10 @@ def apply_kopf_settings(settings: kopf.OperatorSettings, config: OperatorConfig)
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
     settings.watching.connect_timeout = 10
+    # Children and pods are watched through a label selector the API server applies, so the
+    # operator never receives the cluster's other pods (kopf's `labels=` filters client-side).
+    for resource in (POD_RESOURCE, *CHILD_RESOURCES):
+        settings.watching.label_selectors[resource] = CHILD_SELECTOR
     settings.posting.level = 30  # WARNING and above from handler loggers become Events
     # One replica, no kopf peering: the reconcile is level-triggered and idempotent, so a
     # restarted operator (seconds, with the chart's Recreate strategy) loses nothing, and
