@@ -19,6 +19,8 @@ from kvpin.operator import cluster as clusters
 from kvpin.operator import desired, metrics, plan, spec, status
 from kvpin.operator.settings import OperatorConfig
 
+KEPT_VERDICTS = (status.REASON_CHILD_CONFLICT, status.REASON_ENDPOINT_ID_CONFLICT)
+
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
@@ -110,27 +112,32 @@ def refresh(
     locks: StatusLocks,
     trigger: str,
 ) -> Outcome | None:
-    """Recompute the status from the pods as they are now; None if the object is gone."""
+    """Recompute the status from the pods as they are now; None if the object is gone.
+
+    Three reads (the endpoint, its StatefulSet, its pods), since every pod event of the pool
+    comes here: the claims on the endpoint id and on child names are a reconcile's to check,
+    and their verdicts are kept until one does.
+    """
     with locks.of(namespace, name):
         body = cluster.read_endpoint(namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
             metrics.forget_endpoint(namespace, name)
             return None
-        others = cluster.list_all_endpoints(config.namespaces)
-        todo = plan.build_plan(body, others, sim_image=config.sim_image)
-        problem = todo.problem or _child_conflict_of(body)
+        todo = plan.build_plan(body, (), sim_image=config.sim_image)
+        problem = todo.problem or _kept_verdict(body)
         return _write_status(body, todo, problem, cluster=cluster, trigger=trigger)
 
 
-def _child_conflict_of(body: Mapping[str, Any]) -> status.Problem | None:
-    """Keep a ChildNotOwned verdict: only a full reconcile, which re-checks it, may clear it."""
+def _kept_verdict(body: Mapping[str, Any]) -> status.Problem | None:
+    """A ChildNotOwned or EndpointIdConflict verdict stays until a full reconcile, which
+    re-checks it, clears it."""
     for condition in (body.get("status") or {}).get("conditions") or []:
         if (
             condition.get("type") == status.DEGRADED
             and condition.get("status") == "True"
-            and condition.get("reason") == status.REASON_CHILD_CONFLICT
+            and condition.get("reason") in KEPT_VERDICTS
         ):
-            return status.Problem(status.REASON_CHILD_CONFLICT, condition.get("message", ""))
+            return status.Problem(condition["reason"], condition.get("message", ""))
     return None
 
 

@@ -188,3 +188,28 @@ def test_an_endpoint_deleted_meanwhile_is_left_alone() -> None:
         body, cluster=fake, config=CONFIG, locks=reconciling.StatusLocks()  # type: ignore[arg-type]
     ) is None  # fmt: skip
     assert fake.applied == [] and refresh(fake) is None
+
+
+class CountingCluster(FakeCluster):
+    """Counts the calls a pod event's refresh makes."""
+
+    def __init__(self, *endpoints: dict[str, Any]) -> None:
+        super().__init__(*endpoints)
+        self.lists = 0
+
+    def list_all_endpoints(self, namespaces: Any) -> list[dict[str, Any]]:
+        self.lists += 1
+        return super().list_all_endpoints(namespaces)
+
+
+def test_a_pod_event_reads_three_things_and_keeps_a_claims_verdict() -> None:
+    older = factories.endpoint("ep-a", uid="a", created="2026-01-01T00:00:00Z", endpointId="x")
+    newer = factories.endpoint("ep-b", uid="b", created="2026-01-02T00:00:00Z", endpointId="x")
+    fake = CountingCluster(older, newer)
+    assert reconcile(fake, newer).problem.reason == status.REASON_ENDPOINT_ID_CONFLICT  # type: ignore[union-attr]
+    fake.lists = 0
+    outcome = refresh(fake, "ep-b")
+    assert fake.lists == 0  # no list of the cluster's endpoints per pod event
+    assert outcome is not None and outcome.problem is not None
+    assert outcome.problem.reason == status.REASON_ENDPOINT_ID_CONFLICT
+    assert outcome.status["ring"]["members"] == []  # still no ring for the loser
