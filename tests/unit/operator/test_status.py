@@ -365,3 +365,15 @@ def test_replicas_are_the_pods_that_exist_not_the_desired_count() -> None:
     st = compute([factories.pod("ep-test-0"), leaving], desired=3)
     assert (st["replicas"], st["readyReplicas"]) == (1, 1)
     assert compute([], desired=3)["replicas"] == 0
+
+
+def test_every_condition_and_event_reason_is_documented_in_the_readme() -> None:
+    import pathlib
+
+    readme = (pathlib.Path(__file__).resolve().parents[3] / "README.md").read_text()
+    reasons = [
+        value for name, value in vars(status).items()
+        if name.startswith(("REASON_", "EVENT_")) and isinstance(value, str)
+    ]  # fmt: skip
+    assert len(reasons) > 15
+    assert [r for r in [*reasons, *status.POD_FAILURES] if f"`{r}`" not in readme] == []
