@@ -375,3 +375,10 @@ def test_the_hub_token_comes_from_a_secret_and_user_env_follows() -> None:
     assert names[-2:] == ["HF_TOKEN", "HF_HOME"]
     assert container["env"][-2]["valueFrom"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
     assert "value" not in container["env"][-2]  # never the token itself in the StatefulSet
+    secret = {"name": "hf", "key": "hf_token"}
+    sts, _, _ = render(**gpu_endpoint(engine={"preset": "vllm", "hubTokenSecret": secret}))
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    assert {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "hf", "key": "hf_token"}},
+    } in container["env"]

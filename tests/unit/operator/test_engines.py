@@ -45,8 +45,12 @@ def test_sglang_turns_weights_and_reservation_into_a_memory_fraction() -> None:
 def test_sglang_without_known_gpu_memory_is_a_spec_error() -> None:
     with pytest.raises(spec.SpecError, match="fraction of GPU memory"):
         runtime(engine={"preset": "sglang"}, gpu={"count": 1}, weightsMemory="16Gi")
-    with pytest.raises(spec.SpecError, match=r"set spec\.weightsMemory"):
+    with pytest.raises(spec.SpecError) as refused:
         runtime(engine={"preset": "sglang"}, gpu={"count": 1, "memory": "80Gi"})
+    assert str(refused.value) == (
+        "the sglang engine sizes weights and KV cache together as a fraction of GPU memory, so "
+        "kvpin must know both: set spec.weightsMemory (the model's weights per pod, e.g. 16Gi)"
+    )
 
 
 def test_sim_gets_the_reservation_as_cache_bytes() -> None:

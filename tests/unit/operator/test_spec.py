@@ -174,6 +174,7 @@ def test_rejects_a_body_that_is_not_an_object(body: dict, message: str) -> None:
             "gpu": {"count": 1, "product": "NVIDIA-A100-SXM4-80GB"},
         },
         {"engine": {"preset": "sim"}, "gpu": {"count": 0}},
+        {"weightsMemory": "1"},
         {"engine": {"preset": "custom", "image": "my/engine:1"}, "gpu": {"count": 0}},
     ],
 )

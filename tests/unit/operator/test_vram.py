@@ -51,6 +51,14 @@ def test_the_limit_is_exact_to_the_byte() -> None:
     assert refused is not None and refused.endswith("at most 66Gi of KV cache fits")
 
 
+def test_weights_that_fill_the_usable_memory_leave_no_room_at_all() -> None:
+    usable = int(80 * GIB * vram.USABLE_FRACTION)
+    refused = vram.fit_error(memory(kv_bytes=1, weights_bytes=usable, weights_source="w"))
+    assert refused is not None and refused.endswith("; the weights alone do not fit")
+    refused = vram.fit_error(memory(kv_bytes=2, weights_bytes=usable - 1, weights_source="w"))
+    assert refused is not None and refused.endswith("; at most 0Gi of KV cache fits")
+
+
 def test_nothing_is_checked_against_an_unknown_or_absent_gpu() -> None:
     assert vram.fit_error(memory(gpu_bytes=None, kv_bytes=10**15)) is None
     assert vram.fit_error(memory(gpus=0, kv_bytes=10**15)) is None
