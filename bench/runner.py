@@ -92,10 +92,24 @@ def default_cache_blocks(workload: workloads.WorkloadConfig, pods: int) -> int:
     return max(64, math.ceil(1.5 * share / 16))
 
 
+def split_policy(policy: str) -> tuple[str, dict[str, Any]]:
+    """`kvpin-x3@moveMargin=1@loadFactor=3` -> the policy and the router settings it overrides,
+    so a setting is compared with the default side by side, in one run on the same pods."""
+    base, *items = policy.split("@")
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or base not in KVPIN_POLICIES:
+            raise ValueError(f"policy {policy!r}: settings go after a kvpin policy, as @name=value")
+        overrides[key] = yaml.safe_load(value)
+    return base, overrides
+
+
 def available_policies(policies: Sequence[str]) -> list[str]:
     """The requested policies whose software is installed (peers are optional)."""
     out = []
     for policy in policies:
+        split_policy(policy)  # a malformed setting fails before anything starts
         name = policy.split(":")[0]
         if policy in PEER_POLICIES and router_throughput.find_peer(name) is None:
             continue
@@ -292,14 +306,15 @@ def _each_policy(
                 done += n
                 progress(policy, done, total)
 
-            members = {ep: _members(urls, config, policy) for ep, urls in pools.items()}
+            base, overrides = split_policy(policy)
+            members = {ep: _members(urls, config, base) for ep, urls in pools.items()}
             routing = {"prefixChars": config.prefix_chars, "loadFactor": config.load_factor,
-                       "moveMargin": config.move_margin}  # fmt: skip
+                       "moveMargin": config.move_margin, **overrides}  # fmt: skip
             driven = _with_scenario(drive, pools, total) if config.scenario else drive
-            with _target(policy, members, pathlib.Path(tmp), routing=routing) as target:
-                result = asyncio.run(driven(policy, target, tick))
+            with _target(base, members, pathlib.Path(tmp), routing=routing) as target:
+                result = asyncio.run(driven(base, target, tick))
                 breaks = None
-                if policy in KVPIN_POLICIES and isinstance(target, targets.Routed):
+                if base in KVPIN_POLICIES and isinstance(target, targets.Routed):
                     routers = {u for urls in target.urls.values() for u in urls}
                     breaks = sum(_scrape_sum(u, _BREAKS) for u in routers)
             per_pod = {u: _requests_served(u) - before[u] for u in before}

@@ -45,7 +45,7 @@ fi
 
 # Stage: the package as it installs, plus the tests. The modules asked for are mutated and
 # tested afresh (tests may have changed since); others keep their last results for --report.
-data=(tests crds helm examples hack .github kind-config.yaml)
+data=(tests crds helm examples hack .github kind-config.yaml README.md)
 rm -rf "$stage/src" "${data[@]/#/$stage/}"
 mkdir -p "$stage/src"
 cp -p -r "$root/kvpin" "$stage/src/kvpin"

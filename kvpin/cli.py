@@ -391,7 +391,8 @@ def _add_workload_flags(
         default=",".join(b.policies),
         help="comma-separated: kvpin, kvpin-session, kvpin-endpoint, oracle, random, round-robin, "
         "least-inflight, sglang-router:cache_aware, sglang-router:round_robin, "
-        "vllm-router:cache_aware, vllm-router:consistent_hash",
+        "vllm-router:cache_aware, vllm-router:consistent_hash; a kvpin policy may carry router "
+        "settings to compare with the default in the same run: kvpin@moveMargin=1",
     )
 
 
