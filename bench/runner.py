@@ -69,7 +69,7 @@ class BenchConfig:
     """The kvpin router's `routing.prefixChars`."""
     load_factor: float = 2.0
     """The kvpin router's `routing.loadFactor`."""
-    move_margin: float = 0.25
+    move_margin: float = placement.DEFAULT_MOVE_MARGIN
     """The kvpin router's `routing.moveMargin`."""
     policies: tuple[str, ...] = DEFAULT_POLICIES
     scenario: str | None = None

@@ -50,9 +50,9 @@ class RoutingConfig:
     """none, or tenant: each tenant's requests get their own `cache_salt` (see router.auth)."""
     prefill_tokens_per_s: float = 10_000.0
     """A member's prefill rate until the router has measured it."""
-    move_margin: float = 0.25
+    move_margin: float = placement.DEFAULT_MOVE_MARGIN
     """A request leaves the member holding its prefix only for one whose estimated TTFT is
-    lower by this fraction of the prefill the move recomputes (router.placement)."""
+    lower by this multiple of the prefill the move recomputes (router.placement)."""
     keep_homes: bool = True
     """On a membership change a conversation stays with the member holding its prefix; false:
     every key follows the new ring (what the placement index knew is dropped)."""

@@ -9,12 +9,15 @@ request that the member does not hold, over the member's prefill rate. Then:
   load stay even while the choice stays mostly a function of the key.
 - Otherwise the home (the member holding the longest prefix of the request, else the key's
   ring owner) stays the choice unless another member's estimate is lower by more than the
-  margin. The estimates already count the prefill a move recomputes; the margin prices what
-  they do not: the copy left behind on the home (cache space the pool loses to duplication)
-  and the estimates' own error. So it is `margin` times the tokens the move would recompute,
-  plus `margin_tokens` of hysteresis: a long conversation leaves its home only for a member
-  far ahead, while a new conversation whose only cached part is a short shared head (system
-  prompt, tools) spreads as soon as the head's holders have work queued.
+  margin. The estimates count what a move costs this request; the margin prices what it costs
+  everyone else: the prefill it recomputes is work the pool does on top, which the requests
+  queued behind it on the destination wait through, and the copy left behind on the home is
+  cache space lost to duplication. So a move must save this request more time than it adds to
+  the pool: `margin` (1) times the tokens it recomputes, plus `margin_tokens` of hysteresis. A
+  long conversation leaves its home only for a member far ahead, while a new conversation
+  whose only cached part is a short shared head (system prompt, tools) spreads as soon as the
+  head's holders have work queued. (At 0.25, the earlier default, moves bought no time on the
+  benchmarks' traces and cost hit rate: docs/benchmarks.md.)
 - Ties break by walk order, so replicas with the same membership and the same loads agree.
 
 The estimates are guesses (router.holdings says why); nothing here is trusted beyond choosing.
@@ -25,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
+DEFAULT_MOVE_MARGIN = 1.0  # routing.moveMargin
+
 
 @dataclasses.dataclass(frozen=True)
 class CostSettings:
@@ -32,8 +37,8 @@ class CostSettings:
 
     prefill_tokens_per_s: float = 10_000.0
     """A member's prefill rate until the router has measured it (routing.prefillTokensPerSecond)."""
-    margin: float = 0.25
-    """Another member must be ahead by this fraction of the prefill a move recomputes..."""
+    margin: float = DEFAULT_MOVE_MARGIN
+    """Another member must be ahead by this multiple of the prefill a move recomputes..."""
     margin_tokens: int = 256
     """...plus this much prefill work (tokens), to move a request off its home."""
 
