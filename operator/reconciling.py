@@ -53,9 +53,6 @@ class StatusLocks:
         with self._guard:
             self._locks.pop((namespace, name), None)
 
-    def __len__(self) -> int:
-        return len(self._locks)
-
 
 def reconcile(
     body: Mapping[str, Any],

@@ -213,3 +213,12 @@ def test_a_pod_event_reads_three_things_and_keeps_a_claims_verdict() -> None:
     assert outcome is not None and outcome.problem is not None
     assert outcome.problem.reason == status.REASON_ENDPOINT_ID_CONFLICT
     assert outcome.status["ring"]["members"] == []  # still no ring for the loser
+
+
+def test_a_forgotten_endpoints_lock_is_a_new_one() -> None:
+    locks = reconciling.StatusLocks()
+    first = locks.of("default", "ep")
+    assert locks.of("default", "ep") is first
+    locks.forget("default", "ep")
+    locks.forget("default", "never-seen")  # nothing to drop: no error
+    assert locks.of("default", "ep") is not first
