@@ -22,7 +22,8 @@ CHILD_RESOURCES = (
 )
 # Every child and pod carries these labels (desired.build_labels).
 CHILD_LABELS = {api.LABEL_ENDPOINT: kopf.PRESENT, api.LABEL_MANAGED_BY: api.MANAGED_BY}
-CHILD_SELECTOR = f"{api.LABEL_ENDPOINT},{api.LABEL_MANAGED_BY}={api.MANAGED_BY}"
+# The same labels as the API server's label selector (kopf.PRESENT: the key alone).
+CHILD_SELECTOR = ",".join(k if v is kopf.PRESENT else f"{k}={v}" for k, v in CHILD_LABELS.items())
 
 
 @dataclasses.dataclass(frozen=True)
