@@ -53,6 +53,13 @@ class RoutingConfig:
     move_margin: float = placement.DEFAULT_MOVE_MARGIN
     """A request leaves the member holding its prefix only for one whose estimated TTFT is
     lower by this multiple of the prefill the move recomputes (router.placement)."""
+    cache_tokens: float | None = None
+    """Tokens one member's KV cache holds, to guess what it has evicted (router.holdings);
+    None: what the engine's metrics say. Set it where an engine keeps more than its GPU cache
+    (CPU or disk offload)."""
+    fresh_below: float = placement.CostSettings.fresh_below
+    """A request whose best-held prefix is at most this fraction of its prompt is placed as a
+    new conversation (router.placement)."""
     keep_homes: bool = True
     """On a membership change a conversation stays with the member holding its prefix; false:
     every key follows the new ring (what the placement index knew is dropped)."""
@@ -60,7 +67,9 @@ class RoutingConfig:
     """How a member that joins is warmed before it takes new keys (router.warmup)."""
 
     def costs(self) -> placement.CostSettings:
-        return placement.CostSettings(self.prefill_tokens_per_s, self.move_margin)
+        return placement.CostSettings(
+            self.prefill_tokens_per_s, self.move_margin, fresh_below=self.fresh_below
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,11 +177,22 @@ def parse_routing(raw: Any, where: str) -> RoutingConfig:
             raise ConfigError(f"{where}: routing.{name} must be a number")
         if not math.isfinite(value) or value <= 0:
             raise ConfigError(f"{where}: routing.{name} must be a positive finite number")
+    cache_tokens = raw.get("cacheTokens", defaults.cache_tokens)
+    if cache_tokens is not None and (
+        isinstance(cache_tokens, bool) or not isinstance(cache_tokens, int | float)
+        or not math.isfinite(cache_tokens) or cache_tokens <= 0
+    ):  # fmt: skip
+        raise ConfigError(f"{where}: routing.cacheTokens must be a positive number")
+    fresh = raw.get("freshBelow", defaults.fresh_below)
+    if isinstance(fresh, bool) or not isinstance(fresh, int | float) or not 0 <= fresh < 1:
+        raise ConfigError(f"{where}: routing.freshBelow must be a number from 0 to below 1")
     keep_homes = raw.get("keepHomes", defaults.keep_homes)
     if not isinstance(keep_homes, bool):
         raise ConfigError(f"{where}: routing.keepHomes must be true or false")
     return RoutingConfig(key, float(load_factor), virtual_nodes, header, prefix_chars, salt,
-                         float(rate), float(margin), keep_homes,
+                         float(rate), float(margin),
+                         None if cache_tokens is None else float(cache_tokens), float(fresh),
+                         keep_homes,
                          parse_warmup(raw.get("warmup"), where))  # fmt: skip
 
 

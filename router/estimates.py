@@ -46,6 +46,10 @@ class Estimates:
         """Tokens of a text of `chars` characters sent to `endpoint`."""
         return round(chars / self.chars_per_token.get(endpoint, CHARS_PER_TOKEN))
 
+    def chars(self, endpoint: str, tokens: float) -> float:
+        """Characters of a text of `tokens` tokens sent to `endpoint`."""
+        return tokens * self.chars_per_token.get(endpoint, CHARS_PER_TOKEN)
+
     def rate(self, endpoint: str, member: str, default: float) -> float:
         """The member's measured prefill rate; for a member not measured yet, the mean of its
         endpoint's measured members (a new member is presumed like its peers, neither faster,

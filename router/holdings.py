@@ -1,35 +1,38 @@
 """What each member probably holds in its KV cache, from what the router sent it.
 
-Pure (a bounded table, no I/O, no clock). A prompt is read as a stream of characters (system,
+Pure (bounded tables, no I/O, no clock). A prompt is read as a stream of characters (system,
 tools, then each message with its role) cut into chunks of CHUNK_CHARS; chunk i is named by a
 hash of everything up to its end, so two prompts share the names of exactly the chunks of the
-prefix they share (router.bodies computes them with the rest of the summary). The table maps a
-chunk name to the members that were last sent a prompt containing it (a few, most recent last),
-so the leading run of a request's chunks found with a member is the prefix that member
-probably holds: a conversation's previous turn on its home, a shared system prompt and tools on
-every member that served them, a RAG document wherever it went. It is a coarse radix tree over
-the router's own traffic, like the trees of sglang-router and the block indexes of llm-d and
-Dynamo, but fed by what was sent rather than by engine events.
+prefix they share (router.bodies computes them with the rest of the summary). For each member
+the index keeps the names of the chunks it was sent, least recently sent first, the way the
+engine keeps its blocks: when a member's cache size is known (`resize`, in chunks, from its
+metrics or configured), the least recently sent chunks beyond it are dropped as the engine's
+LRU evicts them (within a prompt the tail first, as vLLM frees a request's blocks tail first).
+The leading run of a request's chunks found with a member is the prefix it probably holds: a
+conversation's previous turn on its home, a shared system prompt and tools on every member that
+served them, a RAG document wherever it went. It is a coarse radix tree over the router's own
+traffic, like the trees of sglang-router and the block indexes of llm-d and Dynamo, but fed by
+what was sent rather than by engine events.
 
-Every figure is a guess: the engine may have evicted the blocks, or another router replica may
-have sent the prompt elsewhere since. A wrong guess costs one request a worse placement, never a
-wrong answer. The table is bounded in bytes (entries of about ENTRY_BYTES, least recently
-recorded dropped first); a lookup and a record cost one dictionary access per chunk of the
-prompt (about 1,000 tokens each), never a scan of the table.
+Every figure is a guess: another router replica may have sent the member prompts that evicted
+these, or sent this prompt elsewhere; an engine evicts blocks, not chunks. A wrong guess costs
+one request a worse placement, never a wrong answer. The index is bounded in bytes (entries of
+about ENTRY_BYTES, one per chunk and member holding it); a lookup costs one dictionary access
+per chunk held plus one per member, a record one per chunk, never a scan.
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
+import math
 from collections.abc import Collection
 
 from kvpin.router.keys import Zones
 
 CHUNK_CHARS = 4096
 HASH_BYTES = 8
-ENTRY_BYTES = 250  # a 16-byte key, a short list of shared member names, the table's own entry
-MAX_MEMBERS = 4  # a chunk popular enough to live on more members is everywhere anyway
+ENTRY_BYTES = 200  # measured by `kvpin bench router` (a name and its entry in a member's table)
 
 
 def chunk_names(zones: Zones) -> bytes:
@@ -54,34 +57,30 @@ def chunk_names(zones: Zones) -> bytes:
 
 
 class Holdings:
-    """Chunk name -> members that probably hold it, bounded in bytes."""
+    """For each member, the chunks it was sent, least recent first, bounded in bytes."""
 
     def __init__(self, max_bytes: int = 32 * 2**20) -> None:
         self.max_entries = max(1, max_bytes // ENTRY_BYTES)
-        self._chunks: collections.OrderedDict[bytes, list[str]] = collections.OrderedDict()
+        self._capacity: dict[str, float] = {}  # chunks each member's cache holds, where known
+        self._sent: dict[str, collections.OrderedDict[bytes, None]] = {}
 
     @staticmethod
     def _names(scope: bytes, chunks: bytes) -> list[bytes]:
         return [scope + chunks[i : i + HASH_BYTES] for i in range(0, len(chunks), HASH_BYTES)]
 
     def held(self, scope: bytes, chunks: bytes) -> dict[str, int]:
-        """For each member, how many leading chunks of this prompt it probably holds.
+        """For each member holding some, how many leading chunks of this prompt it holds.
 
         `scope` keeps prompts that can never share cache apart (different cache salts).
         """
-        out: dict[str, int] = {}
         names = self._names(scope, chunks)
-        alive: set[str] | None = None
-        for i, name in enumerate(names):
-            holders = set(self._chunks.get(name, ()))
-            if alive is None:
-                alive = holders
-            for member in alive - holders:
-                out[member] = i
-            alive &= holders
-            if not alive:
-                return out
-        out.update(dict.fromkeys(alive or (), len(names)))
+        out = {}
+        for member, sent in self._sent.items():
+            n = 0
+            while n < len(names) and names[n] in sent:
+                n += 1
+            if n:
+                out[member] = n
         return out
 
     def record(self, scope: bytes, chunks: bytes, member: str) -> list[bytes]:
@@ -92,42 +91,41 @@ class Holdings:
         and the others queue behind it). Returns the names `member` did not hold before, for
         `retract` if the engine refuses the request.
         """
+        sent = self._sent.setdefault(member, collections.OrderedDict())
         added = []
-        for name in self._names(scope, chunks):
-            members = self._chunks.get(name)
-            if members is None:
-                self._chunks[name] = [member]
-                added.append(name)
+        for name in reversed(self._names(scope, chunks)):  # the prefix ends most recent
+            if name in sent:
+                sent.move_to_end(name)
             else:
-                if member in members:
-                    members.remove(member)
-                else:
-                    added.append(name)
-                members.append(member)
-                del members[:-MAX_MEMBERS]
-                self._chunks.move_to_end(name)
-        while len(self._chunks) > self.max_entries:
-            self._chunks.popitem(last=False)
+                sent[name] = None
+                added.append(name)
+        self._trim(member, sent)
         return added
+
+    def resize(self, member: str, chunks: float) -> None:
+        """`member`'s cache holds this many chunks (from its metrics, or configured)."""
+        if self._capacity.get(member) != chunks:
+            self._capacity[member] = chunks
+            if member in self._sent:
+                self._trim(member, self._sent[member])
+
+    def _trim(self, member: str, sent: collections.OrderedDict[bytes, None]) -> None:
+        """Drop what `member` has evicted by now, and its share of the table's bound."""
+        room = min(self._capacity.get(member, math.inf), self.max_entries / len(self._sent))
+        while len(sent) > max(1, room):
+            sent.popitem(last=False)
 
     def retract(self, names: Collection[bytes], member: str) -> None:
         """The prompt `record` returned these names for never reached `member`'s cache."""
-        for name in names:
-            members = self._chunks.get(name)
-            if members is not None and member in members:
-                members.remove(member)
-                if not members:
-                    del self._chunks[name]
+        sent = self._sent.get(member)
+        for name in names if sent is not None else ():
+            sent.pop(name, None)  # type: ignore[union-attr]
 
     def forget(self, members: Collection[str]) -> None:
-        """Members that left hold nothing any more (a scan: membership changes are rare)."""
-        gone = set(members)
-        for name in list(self._chunks):
-            kept = [m for m in self._chunks[name] if m not in gone]
-            if kept:
-                self._chunks[name] = kept
-            else:
-                del self._chunks[name]
+        """Members that left hold nothing any more."""
+        for member in members:
+            self._sent.pop(member, None)
+            self._capacity.pop(member, None)
 
     def __len__(self) -> int:
-        return len(self._chunks)
+        return sum(map(len, self._sent.values()))

@@ -1,12 +1,15 @@
-"""Members' own load, read from their Prometheus endpoints, so router replicas share it.
+"""Members' own load and cache size, read from their Prometheus endpoints.
 
 Each router replica sees only the requests it sent; the engines see them all. Every
 `interval` seconds the router reads each member's `/metrics` (with a short timeout) and keeps
 the requests waiting and running there: vLLM's `vllm:num_requests_waiting` and
 `vllm:num_requests_running` (which `kvpin sim` exposes too), SGLang's `sglang:num_queue_reqs`
-and `sglang:num_running_reqs`. A member whose metrics cannot be read, or were read too long ago,
-has no engine load: the router falls back to its own estimate, and no request ever waits for a
-scrape. `parse` is pure; `EngineLoads` does the I/O.
+and `sglang:num_running_reqs`; and the size of its KV cache in tokens (vLLM's
+`vllm:cache_config_info` labels `num_gpu_blocks` x `block_size`, SGLang's
+`sglang:max_total_num_tokens`), from which router.holdings guesses what it has evicted. A
+member whose metrics cannot be read, or were read too long ago, has no engine load: the router
+falls back to its own estimate, and no request ever waits for a scrape. `parse` is pure;
+`EngineLoads` does the I/O.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from kvpin import logs
 log = logging.getLogger(logs.PROXY)
 _WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
 _RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})? ([0-9.eE+-]+|NaN)", re.MULTILINE)
+_CAPACITY = "sglang:max_total_num_tokens"
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})? ([0-9.eE+-]+|NaN)", re.MULTILINE)
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,22 +41,44 @@ class EngineLoad:
     running: float
     at: float  # monotonic time of the scrape
     mine: int = 0  # this replica's own requests on the member when the scrape came back
+    capacity: float | None = None  # tokens its KV cache holds, where the engine says
+
+
+def _number(text: str) -> float | None:
+    """A finite non-negative number, else None (a NaN would poison every estimate)."""
+    with contextlib.suppress(ValueError):
+        number = float(text)
+        if math.isfinite(number) and number >= 0:
+            return number
+    return None
+
+
+def _cache_tokens(labels: str) -> float | None:
+    """vLLM's `cache_config_info` labels -> the cache's size in tokens."""
+    found = dict(_LABEL.findall(labels))
+    blocks, size = _number(found.get("num_gpu_blocks", "")), _number(found.get("block_size", ""))
+    return blocks * size if blocks and size else None
 
 
 def parse(text: str, at: float) -> EngineLoad | None:
     """An engine's load from its metrics text (summed over label sets); None if absent."""
     totals: dict[str, float] = {}
-    for name, value in _SAMPLE.findall(text):
+    capacity = None
+    for name, labels, value in _SAMPLE.findall(text):
+        number = _number(value)
+        if number is None:
+            continue
         if name in _WAITING or name in _RUNNING:
-            with contextlib.suppress(ValueError):
-                number = float(value)
-                if math.isfinite(number) and number >= 0:  # a NaN would poison every estimate
-                    totals[name] = totals.get(name, 0.0) + number
+            totals[name] = totals.get(name, 0.0) + number
+        elif name == "vllm:cache_config_info":
+            capacity = _cache_tokens(labels) or capacity
+        elif name == _CAPACITY and number:
+            capacity = number
     waiting = [totals[n] for n in _WAITING if n in totals]
     running = [totals[n] for n in _RUNNING if n in totals]
     if not waiting and not running:
         return None
-    return EngineLoad(sum(waiting), sum(running), at)
+    return EngineLoad(sum(waiting), sum(running), at, capacity=capacity)
 
 
 class EngineLoads:

@@ -4,9 +4,16 @@ Pure. For one request and each candidate member the router estimates the time to
 there: the prefill work already queued on the member plus the prefill of the tokens of this
 request that the member does not hold, over the member's prefill rate. Then:
 
-- A request with nothing cached anywhere (a new conversation with a new head) goes to the less
-  loaded of the first two members of its key's walk (ties: the first), so cache occupancy and
-  load stay even while the choice stays mostly a function of the key.
+- A request with little or nothing cached anywhere, at most `fresh_below` (0.3) of its prompt,
+  is placed as a new conversation: on whichever of the first two members of its conversation's
+  own walk (router.proxy: the key and the conversation's first message) has the lower
+  estimate (ties: the first). Such a request is mostly new content, and so will be its later
+  turns; following the short shared head it holds (a system prompt, a group's preamble) would
+  pile every conversation sharing it onto the members holding that head, whose caches then
+  evict each other's histories, while two choices per conversation keep cache occupancy and
+  load even and the choice mostly a function of the conversation. (On the bursty trace of
+  docs/benchmarks.md this is the difference between following sglang-router by ten points of
+  hit rate and nearly matching it.)
 - Otherwise the home (the member holding the longest prefix of the request, else the key's
   ring owner) stays the choice unless another member's estimate is lower by more than the
   margin. The estimates count what a move costs this request; the margin prices what it costs
@@ -41,6 +48,8 @@ class CostSettings:
     """Another member must be ahead by this multiple of the prefill a move recomputes..."""
     margin_tokens: int = 256
     """...plus this much prefill work (tokens), to move a request off its home."""
+    fresh_below: float = 0.3
+    """A request whose best-held prefix is at most this fraction of it is placed as new."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,15 +99,22 @@ def holders(
 class Decision:
     member: str
     moved: bool  # left its home for a member ahead by more than the margin
-    fresh: bool  # nothing cached anywhere: placed among the first members of the walk
+    fresh: bool  # little or nothing cached anywhere: placed as a new conversation
 
 
 def decide(
-    walk: Sequence[Candidate], home: str | None, prompt_tokens: int, settings: CostSettings
+    walk: Sequence[Candidate],
+    home: str | None,
+    prompt_tokens: int,
+    settings: CostSettings,
+    fresh_order: Sequence[str] = (),
 ) -> Decision:
-    """The member for a request; `walk` in the key's ring order, never empty."""
-    if not any(c.cached_tokens for c in walk):
-        first = min(walk[:2], key=lambda c: c.queued_tokens)  # min keeps the first of equals
+    """The member for a request; `walk` in the key's ring order, never empty; `fresh_order`
+    the members in the conversation's own ring order (empty: the key's)."""
+    if max(c.cached_tokens for c in walk) <= settings.fresh_below * prompt_tokens:
+        rank = {name: i for i, name in enumerate(fresh_order)}
+        order = sorted(walk, key=lambda c: rank.get(c.name, len(rank)))  # stable: walk order
+        first = min(order[:2], key=lambda c: c.ttft(prompt_tokens))  # the first of equals
         return Decision(first.name, moved=False, fresh=True)
     stay = next((c for c in walk if c.name == home), walk[0])
     best = min(walk, key=lambda c: c.ttft(prompt_tokens))

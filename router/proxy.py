@@ -75,6 +75,7 @@ class Facts:
     """What placement needs of one request, sized in tokens."""
 
     key: str
+    fresh_key: str  # places a new conversation: the key, and in prefix mode its opening too
     scope: bytes  # the cache salt: prompts with different salts share nothing
     chunks: bytes  # the prompt's chunk names (router.holdings)
     prompt_chars: int
@@ -281,7 +282,8 @@ class Proxy:
         tokens = self.estimates.tokens
         prompt = max(1, tokens(ep, summary.prompt_chars))
         facts = Facts(
-            key=key, scope=salt.encode("utf-8", "surrogatepass"), chunks=summary.chunks,
+            key=key, fresh_key=keys.digest(key, conversation) if routing.key == "prefix" else key,
+            scope=salt.encode("utf-8", "surrogatepass"), chunks=summary.chunks,
             prompt_chars=summary.prompt_chars, prompt_tokens=prompt,
             previous_tokens=0 if summary.messages <= 1 else max(
                 0, prompt - tokens(ep, summary.last_chars)),
@@ -314,7 +316,13 @@ class Proxy:
         capped = ring.within_bound(
             walk, loads, load_factor=routing.load_factor, size=len(endpoint.ring)
         )
-        held = self._holdings(ep).held(facts.scope, facts.chunks)
+        engines = {m.name: self.engines.get(m.url, now) for m in walk}
+        table = self._holdings(ep)
+        for name, engine in engines.items():
+            size = routing.cache_tokens or (engine.capacity if engine is not None else None)
+            if size:
+                table.resize(name, self.estimates.chars(ep, size) / holdings.CHUNK_CHARS)
+        held = table.held(facts.scope, facts.chunks)
         home, cached = placement.holders(
             [m.name for m in walk],
             {m: n * holdings.CHUNK_CHARS for m, n in held.items()},
@@ -326,15 +334,14 @@ class Proxy:
         candidates = [
             placement.Candidate(
                 m.name,
-                self.estimates.queued(
-                    ep, m.name, loads.get(m.name, 0), self.engines.get(m.url, now)
-                ),
+                self.estimates.queued(ep, m.name, loads.get(m.name, 0), engines[m.name]),
                 cached.get(m.name, 0),
                 self.estimates.rate(ep, m.name, routing.prefill_tokens_per_s),
             )
             for m in capped
         ]
-        decision = placement.decide(candidates, home, facts.prompt_tokens, routing.costs())
+        fresh = [m.name for m in endpoint.ring.walk(facts.fresh_key)] if routing.fresh_below else ()
+        decision = placement.decide(candidates, home, facts.prompt_tokens, routing.costs(), fresh)
         chosen = next(c for c in candidates if c.name == decision.member)
         return Placed(
             member=endpoint.ring.members[decision.member],

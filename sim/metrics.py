@@ -35,6 +35,8 @@ def build_metrics(
     usage: Callable[[], float],
     running: Callable[[], float],
     waiting: Callable[[], float],
+    blocks: int,
+    block_size: int,
 ) -> SimMetrics:
     """Create the metrics; gauges read the engine through the callbacks at scrape time."""
     registry = CollectorRegistry()
@@ -46,6 +48,9 @@ def build_metrics(
     gauge("vllm:kv_cache_usage_perc", "KV-cache usage: 1 means 100 percent.", usage)
     gauge("vllm:num_requests_running", "Requests in the running batch.", running)
     gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", waiting)
+    info = Gauge("vllm:cache_config_info", "Information of the KV cache's configuration.",
+                 [*labels, "block_size", "num_gpu_blocks"], registry=registry)  # fmt: skip
+    info.labels(model, str(block_size), str(blocks)).set(1)
 
     def counter(name: str, doc: str) -> Counter:
         return Counter(name, doc, labels, registry=registry).labels(model)

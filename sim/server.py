@@ -44,6 +44,8 @@ class Simulator:
             usage=lambda: self.cache.usage,
             running=lambda: self.engine.num_running,
             waiting=lambda: self.engine.num_waiting,
+            blocks=config.capacity_blocks,
+            block_size=config.block_size,
         )
         self.started = time.monotonic()
         self.dice = random.Random(config.faults.seed)

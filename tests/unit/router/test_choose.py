@@ -35,8 +35,9 @@ def chunks(conversation: str, n: int) -> bytes:
 
 def facts(key: str, n_chunks: int, *, previous_tokens: int = 0) -> Facts:
     chars = n_chunks * holdings.CHUNK_CHARS + 400  # the chunks and a short new user turn
-    return Facts(key=key, scope=SCOPE, chunks=chunks(key, n_chunks), prompt_chars=chars,
-                 prompt_tokens=chars // 4, previous_tokens=previous_tokens)  # fmt: skip
+    return Facts(key=key, fresh_key=key, scope=SCOPE, chunks=chunks(key, n_chunks),
+                 prompt_chars=chars, prompt_tokens=chars // 4,
+                 previous_tokens=previous_tokens)  # fmt: skip
 
 
 def walk(endpoint, key: str) -> list[str]:  # type: ignore[no-untyped-def]
@@ -124,3 +125,30 @@ async def test_the_bound_counts_every_member_of_the_ring_also_when_some_are_trie
     proxy.loads["ep"].update({home: 3, other: 0, tried: 3})
     placed = proxy.choose(endpoint, facts("conv-6", 10), {tried})
     assert placed.member.name == other and placed.spilled
+
+
+async def test_a_home_whose_cache_cannot_have_kept_the_conversation_is_not_believed() -> None:
+    import time
+
+    from kvpin.router.loads import EngineLoad
+
+    proxy, endpoint = await proxy_for()
+    order = walk(endpoint, "conv-7")
+    home = order[2]
+    member = endpoint.ring.members[home]
+    proxy._holdings("ep").record(SCOPE, chunks("conv-7", 10), home)
+    proxy._holdings("ep").record(SCOPE, chunks("other", 10), home)
+    # the engine reports room for 12 chunks (4 characters a token until measured): the other
+    # conversation's 10 left room for only the first 2 of conv-7's, so it is nearly new there
+    chunk_tokens = holdings.CHUNK_CHARS // 4
+    proxy.engines._loads[member.url] = EngineLoad(0, 0, time.monotonic(),
+                                                  capacity=12 * chunk_tokens)  # fmt: skip
+    placed = proxy.choose(endpoint, facts("conv-7", 10), set())
+    assert placed.member.name != home or placed.uncached > 8 * chunk_tokens
+    assert proxy._holdings("ep").held(SCOPE, chunks("conv-7", 10)) == {home: 2}
+    # a configured cache size wins over the engine's
+    roomy, roomy_endpoint = await proxy_for(cache_tokens=1e9)
+    roomy._holdings("ep").record(SCOPE, chunks("conv-7", 10), home)
+    roomy._holdings("ep").record(SCOPE, chunks("other", 10), home)
+    roomy.engines._loads[member.url] = EngineLoad(0, 0, time.monotonic(), capacity=chunk_tokens)
+    assert roomy.choose(roomy_endpoint, facts("conv-7", 10), set()).member.name == home

@@ -42,6 +42,13 @@ NAN, INF = float("nan"), float("inf")
         ({"endpoints": {"ep": {"members": M, "routing": {"loadFactor": INF}}}}, "finite"),
         ({"endpoints": {"ep": {"members": M, "routing": {"cacheSalt": "x"}}}}, "cacheSalt"),
         ({"endpoints": {"ep": {"members": M, "routing": {"prefixChars": 10**6}}}}, "at most"),
+        ({"endpoints": {"ep": {"members": M, "routing": {"freshBelow": 1}}}}, "freshBelow"),
+        ({"endpoints": {"ep": {"members": M, "routing": {"freshBelow": -0.1}}}}, "freshBelow"),
+        ({"endpoints": {"ep": {"members": M, "routing": {"freshBelow": NAN}}}}, "freshBelow"),
+        ({"endpoints": {"ep": {"members": M, "routing": {"freshBelow": True}}}}, "freshBelow"),
+        ({"endpoints": {"ep": {"members": M, "routing": {"cacheTokens": 0}}}}, "cacheTokens"),
+        ({"endpoints": {"ep": {"members": M, "routing": {"cacheTokens": INF}}}}, "cacheTokens"),
+        ({"endpoints": {"ep": {"members": M, "routing": {"cacheTokens": "1Gi"}}}}, "cacheTokens"),
         ({"endpoints": {"ep": {"members": []}}}, "is empty"),
         ({"endpoints": {"ep": {"members": ["http://[::1"]}}}, "not a URL"),
         (
@@ -78,3 +85,10 @@ def test_endpoint_from_a_cached_endpoint() -> None:
     assert [m.name for m in ep.members] == ["ep-support-0", "ep-support-1"]
     assert ep.routing.key == "endpoint"
     assert config.endpoint_from_resource({"metadata": {"name": "n"}}).members == ()
+
+
+def test_placement_settings_reach_the_cost_rule() -> None:
+    routing = config.parse_routing({"freshBelow": 0, "cacheTokens": 500_000}, "here")
+    assert routing.costs().fresh_below == 0.0 and routing.cache_tokens == 500_000.0
+    defaults = config.parse_routing({}, "here")
+    assert defaults.costs().fresh_below == 0.3 and defaults.cache_tokens is None

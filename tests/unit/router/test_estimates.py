@@ -139,3 +139,15 @@ def test_engine_metrics_are_summed_over_label_sets_and_engines_of_both_kinds() -
     assert only_running == EngineLoad(waiting=0, running=5.0, at=0)
     assert parse("vllm:num_requests_waiting 1\n", at=0) == EngineLoad(1.0, 0, 0)
     assert parse("unrelated 1\n", at=0) is None
+
+
+def test_the_cache_size_is_read_from_vllm_and_sglang_metrics() -> None:
+    info = 'vllm:cache_config_info{block_size="16",model_name="m",num_gpu_blocks="2000"} 1.0\n'
+    assert parse("vllm:num_requests_running 1\n" + info, 0).capacity == 32_000
+    sglang = "sglang:num_running_reqs 1\nsglang:max_total_num_tokens 471258\n"
+    assert parse(sglang, 0).capacity == 471_258
+    for labels in ('block_size="16"', 'block_size="x",num_gpu_blocks="9"', ""):
+        text = f"vllm:num_requests_running 1\nvllm:cache_config_info{{{labels}}} 1\n"
+        assert parse(text, 0).capacity is None  # a size it cannot read is no size
+    nan = "vllm:num_requests_running 1\nsglang:max_total_num_tokens NaN\n"
+    assert parse(nan, 0).capacity is None

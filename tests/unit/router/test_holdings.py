@@ -48,7 +48,7 @@ def test_a_refused_prompt_is_taken_back_without_what_the_member_held_before() ->
     assert h.held(b"", longer) == {"pod-1": 4, "pod-2": 2}
     h.retract(added, "pod-1")  # the engine refused it: only the new chunks go
     assert h.held(b"", longer) == {"pod-1": 2, "pod-2": 2}
-    assert len(h) == 2  # chunks nobody holds any more leave the table
+    assert len(h) == 4  # each member's head, nothing of the refused turn
 
 
 def test_chunk_names_hash_the_documented_stream_at_every_chunk_boundary() -> None:
@@ -75,7 +75,61 @@ def test_the_table_holds_at_least_one_entry_and_as_many_as_its_bytes_allow() -> 
 def test_taking_back_what_was_never_recorded_changes_nothing() -> None:
     table = holdings.Holdings()
     names = table.record(b"", b"A" * 8 + b"B" * 8, "pod-0")
-    assert [n[-8:] for n in names] == [b"A" * 8, b"B" * 8]
+    assert sorted(n[-8:] for n in names) == [b"A" * 8, b"B" * 8]
     table.retract([b"unknown-name"], "pod-0")
     table.retract(names, "pod-1")
     assert table.held(b"", b"A" * 8 + b"B" * 8) == {"pod-0": 2}
+
+
+def test_a_member_drops_the_chunks_least_recently_sent_beyond_its_cache() -> None:
+    h = holdings.Holdings()
+    h.resize("pod-1", 4)
+    first, second = chunks("a" * (3 * C)), chunks("b" * (3 * C))
+    h.record(b"", first, "pod-1")
+    h.record(b"", second, "pod-1")  # 6 chunks into room for 4: first's tail goes first
+    assert h.held(b"", first) == {"pod-1": 1}
+    assert h.held(b"", second) == {"pod-1": 3}
+    assert len(h) == 4
+
+
+def test_a_prefix_sent_again_outlives_one_that_was_not() -> None:
+    h = holdings.Holdings()
+    h.resize("pod-1", 4)
+    a, b, c = chunks("a" * (2 * C)), chunks("b" * (2 * C)), chunks("c" * (2 * C))
+    for prompt in (a, b, a, c):  # a sent again after b: b is the least recent when c comes
+        h.record(b"", prompt, "pod-1")
+    assert h.held(b"", a) == {"pod-1": 2}
+    assert h.held(b"", b) == {}
+    h.resize("pod-2", 1)  # a cache too small for a chunk still keeps the last one sent
+    h.record(b"", a, "pod-2")
+    assert h.held(b"", a) == {"pod-1": 2, "pod-2": 1}
+
+
+def test_the_index_guesses_evictions_as_the_simulated_engine_makes_them() -> None:
+    """The same prompts into router.holdings and into kvpin sim's LRU cache (a request's tail
+    blocks freed first, as vLLM does): the whole chunks held agree with the engine's blocks."""
+    from kvpin.sim import cache
+
+    per_chunk, room = 4, 6  # blocks of one token, four to a chunk; room for six chunks
+    engine = cache.PrefixCache(room * per_chunk, block_size=1)
+    h = holdings.Holdings()
+    h.resize("pod", room)
+
+    def names(hashes: list[int]) -> bytes:  # a chunk is named by its last block's chained hash
+        ends = hashes[per_chunk - 1 :: per_chunk]
+        return b"".join(end.to_bytes(8, "big", signed=True) for end in ends)
+
+    prompts = [
+        [t * 100 + i for i in range(n * per_chunk)]
+        for t, n in ((1, 2), (2, 3), (1, 2), (3, 2), (2, 3), (4, 1), (1, 3), (3, 2))
+    ]
+    for tokens in prompts:
+        hashes = cache.block_hashes(tokens, block_size=1)
+        engine.acquire(hashes, len(tokens) + 1)
+        engine.release(hashes)
+        h.record(b"", names(hashes), "pod")
+        for earlier in prompts:
+            hashes = cache.block_hashes(earlier, block_size=1)
+            held = engine.match(hashes, len(earlier) + 1) // per_chunk
+            assert h.held(b"", names(hashes)).get("pod", 0) == held
+    assert h.held(b"", names(cache.block_hashes(prompts[1], block_size=1))) == {}  # evicted

@@ -17,6 +17,25 @@ def test_a_request_with_nothing_cached_takes_the_less_loaded_of_the_first_two() 
     assert placement.decide(even, None, 4000, S).member == "a"  # ties: walk order
 
 
+def test_a_request_finding_only_a_short_shared_head_is_placed_by_its_conversation() -> None:
+    fresh = placement.CostSettings(margin=1, fresh_below=0.3)
+    # the head (1,000 of 4,000 tokens: a quarter) is on a; the conversation's own walk is c, b
+    walk = [c("a", cached=1000), c("b", queued=500), c("c", queued=400)]
+    chosen = placement.decide(walk, "a", 4000, fresh, fresh_order=["c", "b", "a"])
+    assert chosen == placement.Decision("c", moved=False, fresh=True)  # c: the first two's less
+    loaded = [c("a", cached=1000), c("b", queued=500), c("c", queued=501)]
+    assert placement.decide(loaded, "a", 4000, fresh, ["c", "b", "a"]).member == "b"
+    # more than the fraction held: the cost rule, which keeps it with the holder
+    assert placement.decide(walk, "a", 3000, fresh, ["c", "b", "a"]).member == "a"
+    # nothing held anywhere: the same; members off the conversation's walk follow in walk order
+    cold = [c("a", queued=100), c("b", queued=50), c("c", queued=60)]
+    assert placement.decide(cold, None, 4000, fresh, ["c", "b", "a"]).member == "b"
+    assert placement.decide(cold, None, 4000, fresh, ["b"]).member == "b"
+    assert placement.decide(cold, None, 4000, fresh, ["x"]).member == "b"  # a, b: b
+    # a fraction of 0: only requests with nothing held are new, as before the fraction
+    assert placement.decide(walk, "a", 4000, placement.CostSettings(fresh_below=0)).member == "a"
+
+
 def test_a_warm_home_is_kept_against_a_small_imbalance() -> None:
     # home: 40k cached of 41k, 8k queued -> (8000 + 1000) / 10k = 0.9 s
     # cold b: nothing queued -> 41000 / 10k = 4.1 s: staying is far cheaper
