@@ -89,7 +89,7 @@ def conversation_bytes(conversations: int = 20_000) -> float:
 
 
 def holdings_bytes(prompts: int = 2_000) -> float:
-    """Bytes the placement index holds per chunk of prompt (about 1,000 tokens), traced over
+    """Bytes the placement index holds per chunk of prompt (about 500 tokens), traced over
     conversations of 10 turns growing by a chunk each."""
     table = Holdings(max_bytes=2**40)
     chunk = "w" * CHUNK_CHARS
@@ -222,7 +222,7 @@ def format_report(rows: list[Row], figures: Figures, config: RouterBenchConfig) 
         f"Break detector memory: {figures.per_conversation:.0f} bytes per conversation, "
         "whatever its length",
         f"Placement index memory: {figures.per_chunk:.0f} bytes per chunk of "
-        f"{CHUNK_CHARS:,} characters (about 1,000 tokens) of distinct prompt",
+        f"{CHUNK_CHARS:,} characters (about 500 tokens) of distinct prompt",
         "Summarizing a body: "
         + ", ".join(f"{name} {ms:.1f} ms/MiB" for name, ms in figures.parse_ms.items())
         + " (bodies over 2 MiB or 500 objects are parsed in a worker process)",

@@ -30,9 +30,9 @@ from collections.abc import Collection
 
 from kvpin.router.keys import Zones
 
-CHUNK_CHARS = 4096
+CHUNK_CHARS = 2048  # routing.prefixChars by default: a head the key shares is a chunk here
 HASH_BYTES = 8
-ENTRY_BYTES = 200  # measured by `kvpin bench router` (a name and its entry in a member's table)
+ENTRY_BYTES = 120  # a name and its place in a member's table: 116 by `kvpin bench router`
 
 
 def chunk_names(zones: Zones) -> bytes:

@@ -6,14 +6,12 @@ request that the member does not hold, over the member's prefill rate. Then:
 
 - A request with little or nothing cached anywhere, at most `fresh_below` (0.3) of its prompt,
   is placed as a new conversation: on whichever of the first two members of its conversation's
-  own walk (router.proxy: the key and the conversation's first message) has the lower
-  estimate (ties: the first). Such a request is mostly new content, and so will be its later
-  turns; following the short shared head it holds (a system prompt, a group's preamble) would
-  pile every conversation sharing it onto the members holding that head, whose caches then
-  evict each other's histories, while two choices per conversation keep cache occupancy and
-  load even and the choice mostly a function of the conversation. (On the bursty trace of
-  docs/benchmarks.md this is the difference between following sglang-router by ten points of
-  hit rate and nearly matching it.)
+  own walk (router.proxy: the key and the conversation's first message) has less work to do
+  for it, queued and uncached (ties: the first). Such a request is mostly new content, and so
+  will be its later turns; following the short shared head it holds (a system prompt, a
+  group's preamble) would pile every conversation sharing it onto the members holding that
+  head, whose caches then evict each other's histories, while two choices per conversation
+  keep cache occupancy and load even and the choice mostly a function of the conversation.
 - Otherwise the home (the member holding the longest prefix of the request, else the key's
   ring owner) stays the choice unless another member's estimate is lower by more than the
   margin. The estimates count what a move costs this request; the margin prices what it costs
@@ -114,7 +112,9 @@ def decide(
     if max(c.cached_tokens for c in walk) <= settings.fresh_below * prompt_tokens:
         rank = {name: i for i, name in enumerate(fresh_order)}
         order = sorted(walk, key=lambda c: rank.get(c.name, len(rank)))  # stable: walk order
-        first = min(order[:2], key=lambda c: c.ttft(prompt_tokens))  # the first of equals
+        # work in tokens, not time: measured rates differ from replica to replica, and
+        # replicas that see the same loads must agree (min keeps the first of equals)
+        first = min(order[:2], key=lambda c: c.queued_tokens - c.cached_tokens)
         return Decision(first.name, moved=False, fresh=True)
     stay = next((c for c in walk if c.name == home), walk[0])
     best = min(walk, key=lambda c: c.ttft(prompt_tokens))

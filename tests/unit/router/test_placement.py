@@ -25,6 +25,10 @@ def test_a_request_finding_only_a_short_shared_head_is_placed_by_its_conversatio
     assert chosen == placement.Decision("c", moved=False, fresh=True)  # c: the first two's less
     loaded = [c("a", cached=1000), c("b", queued=500), c("c", queued=501)]
     assert placement.decide(loaded, "a", 4000, fresh, ["c", "b", "a"]).member == "b"
+    # of the two, one holding some of it has that much less to do; rates do not count
+    # (each replica measures its own, and replicas seeing the same loads must agree)
+    partial = [c("a", cached=1000), c("b", queued=500, cached=200, rate=1), c("c", queued=400)]
+    assert placement.decide(partial, "a", 4000, fresh, ["c", "b", "a"]).member == "b"
     # more than the fraction held: the cost rule, which keeps it with the holder
     assert placement.decide(walk, "a", 3000, fresh, ["c", "b", "a"]).member == "a"
     # nothing held anywhere: the same; members off the conversation's walk follow in walk order
