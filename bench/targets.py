@@ -142,8 +142,9 @@ class Oracle(Target):
         ]  # fmt: skip
         home = max(candidates, key=lambda c: c.cached_tokens)  # max keeps the first of equals
         prompt = seen[0]["prompt_tokens"]
-        conversation = keys.digest(key, keys.conversation_id(keys.opening(zones), None))
-        fresh = [m.name for m in self.rings[endpoint].walk(conversation)]
+        conversation = keys.conversation_id(keys.opening(zones), None)
+        fresh_key = keys.conversation_key("prefix", key, conversation)
+        fresh = [m.name for m in self.rings[endpoint].walk(fresh_key)]
         return placement.decide(candidates, home.name, prompt, self.costs, fresh).member
 
     def pick(self, endpoint: str) -> str:

@@ -118,8 +118,9 @@ class Holdings:
     def retract(self, names: Collection[bytes], member: str) -> None:
         """The prompt `record` returned these names for never reached `member`'s cache."""
         sent = self._sent.get(member)
-        for name in names if sent is not None else ():
-            sent.pop(name, None)  # type: ignore[union-attr]
+        if sent is not None:
+            for name in names:
+                sent.pop(name, None)
 
     def forget(self, members: Collection[str]) -> None:
         """Members that left hold nothing any more."""

@@ -129,6 +129,13 @@ def conversation_id(opening: str, session: str | None) -> str:
     return digest("session", session) if session else opening
 
 
+def conversation_key(mode: str, key: str, conversation: str) -> str:
+    """The key a new conversation is placed by (router.placement): in prefix mode the prefix
+    key and the conversation, so conversations sharing a head still spread; otherwise the key,
+    which names one conversation (session) or none (endpoint) already."""
+    return digest(key, conversation) if mode == "prefix" else key
+
+
 def routing_key(
     mode: str,
     endpoint_id: str,

@@ -282,7 +282,7 @@ class Proxy:
         tokens = self.estimates.tokens
         prompt = max(1, tokens(ep, summary.prompt_chars))
         facts = Facts(
-            key=key, fresh_key=keys.digest(key, conversation) if routing.key == "prefix" else key,
+            key=key, fresh_key=keys.conversation_key(routing.key, key, conversation),
             scope=salt.encode("utf-8", "surrogatepass"), chunks=summary.chunks,
             prompt_chars=summary.prompt_chars, prompt_tokens=prompt,
             previous_tokens=0 if summary.messages <= 1 else max(

@@ -179,3 +179,11 @@ def test_the_head_joins_system_tools_and_the_first_turn() -> None:
     zones = keys.Zones("sys", "tools", (("user", "first"), ("assistant", "second")))
     assert keys.head(zones, 100) == "sys\x1ftools\x1fuser:first"
     assert keys.head(zones, 6) == "sys\x1fto"  # six characters
+
+
+def test_a_new_conversation_is_keyed_by_its_head_and_itself_only_in_prefix_mode() -> None:
+    a, b = keys.conversation_key("prefix", "k", "c1"), keys.conversation_key("prefix", "k", "c2")
+    assert a not in (b, "k")  # conversations sharing a head get walks of their own
+    assert a == keys.conversation_key("prefix", "k", "c1")
+    assert keys.conversation_key("session", "k", "c1") == "k"  # the session names it already
+    assert keys.conversation_key("endpoint", "k", "c1") == "k"  # one primary pod, as configured
