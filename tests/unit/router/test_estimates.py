@@ -151,3 +151,5 @@ def test_the_cache_size_is_read_from_vllm_and_sglang_metrics() -> None:
         assert parse(text, 0).capacity is None  # a size it cannot read is no size
     nan = "vllm:num_requests_running 1\nsglang:max_total_num_tokens NaN\n"
     assert parse(nan, 0).capacity is None
+    after_nan = "vllm:num_requests_waiting NaN\n" + info + "vllm:num_requests_running 2\n"
+    assert parse(after_nan, 0) == EngineLoad(0, 2, 0, capacity=32_000)  # one bad line skipped

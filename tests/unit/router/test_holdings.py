@@ -33,7 +33,7 @@ def test_the_table_is_bounded_and_departed_members_hold_nothing() -> None:
     for i in range(5):
         h.record(b"", chunks(f"{i}" * (3 * C)), f"pod-{i % 2}")
     assert len(h) == 10
-    h.forget({"pod-0"})
+    h.forget({"pod-0", "pod-never-sent-anything"})
     assert h.held(b"", chunks("4" * (3 * C))) == {}
     assert h.held(b"", chunks("3" * (3 * C))) == {"pod-1": 3}
 

@@ -185,5 +185,6 @@ def test_a_new_conversation_is_keyed_by_its_head_and_itself_only_in_prefix_mode(
     a, b = keys.conversation_key("prefix", "k", "c1"), keys.conversation_key("prefix", "k", "c2")
     assert a not in (b, "k")  # conversations sharing a head get walks of their own
     assert a == keys.conversation_key("prefix", "k", "c1")
+    assert a != keys.conversation_key("prefix", "other-head", "c1")  # salts, endpoints apart
     assert keys.conversation_key("session", "k", "c1") == "k"  # the session names it already
     assert keys.conversation_key("endpoint", "k", "c1") == "k"  # one primary pod, as configured

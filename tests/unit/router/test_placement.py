@@ -36,8 +36,14 @@ def test_a_request_finding_only_a_short_shared_head_is_placed_by_its_conversatio
     assert placement.decide(cold, None, 4000, fresh, ["c", "b", "a"]).member == "b"
     assert placement.decide(cold, None, 4000, fresh, ["b"]).member == "b"
     assert placement.decide(cold, None, 4000, fresh, ["x"]).member == "b"  # a, b: b
+    # exactly the fraction held is still new; just over it is not (1,000 of 3,333)
+    assert placement.decide(walk, "a", 3333, fresh, ["c"]).fresh is False
+    edge = [c("a", cached=300), c("b", queued=500), c("c", queued=400)]
+    assert placement.decide(edge, "a", 1000, fresh, ["c", "b", "a"]).member == "c"
     # a fraction of 0: only requests with nothing held are new, as before the fraction
-    assert placement.decide(walk, "a", 4000, placement.CostSettings(fresh_below=0)).member == "a"
+    zero = placement.CostSettings(fresh_below=0)
+    assert placement.decide(walk, "a", 4000, zero).member == "a"
+    assert placement.decide(cold, None, 4000, zero) == placement.Decision("b", False, True)
 
 
 def test_a_warm_home_is_kept_against_a_small_imbalance() -> None:
