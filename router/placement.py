@@ -31,7 +31,8 @@ The estimates are guesses (router.holdings says why); nothing here is trusted be
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 DEFAULT_MOVE_MARGIN = 1.0  # routing.moveMargin
 
@@ -105,13 +106,15 @@ def decide(
     home: str | None,
     prompt_tokens: int,
     settings: CostSettings,
-    fresh_order: Sequence[str] = (),
+    fresh_order: Iterable[str] = (),
 ) -> Decision:
     """The member for a request; `walk` in the key's ring order, never empty; `fresh_order`
-    the members in the conversation's own ring order (empty: the key's)."""
+    the members in the conversation's own ring order (empty: the key's), read only as far as
+    a new conversation needs (a lazy walk costs nothing for the others)."""
     if max(c.cached_tokens for c in walk) <= settings.fresh_below * prompt_tokens:
-        rank = {name: i for i, name in enumerate(fresh_order)}
-        order = sorted(walk, key=lambda c: rank.get(c.name, len(rank)))  # stable: walk order
+        by_name = {c.name: c for c in walk}
+        order = list(itertools.islice((by_name[n] for n in fresh_order if n in by_name), 2))
+        order += [c for c in walk if c not in order]  # members off that order: in walk order
         # work in tokens, not time: measured rates differ from replica to replica, and
         # replicas that see the same loads must agree (min keeps the first of equals)
         first = min(order[:2], key=lambda c: c.queued_tokens - c.cached_tokens)

@@ -340,7 +340,7 @@ class Proxy:
             )
             for m in capped
         ]
-        fresh = [m.name for m in endpoint.ring.walk(facts.fresh_key)] if routing.fresh_below else ()
+        fresh = (m.name for m in endpoint.ring.walk(facts.fresh_key)) if routing.fresh_below else ()
         decision = placement.decide(candidates, home, facts.prompt_tokens, routing.costs(), fresh)
         chosen = next(c for c in candidates if c.name == decision.member)
         return Placed(
