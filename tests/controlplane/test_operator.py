@@ -466,10 +466,14 @@ def test_metrics_and_json_logs(
         client.create_endpoint(namespace, endpoint("ep-m", replicas=1))
         wait_ring(client, namespace, "ep-m", ["ep-m-0"])
         url = f"http://127.0.0.1:{operator.metrics_port}/metrics"
+        ready = f'kvpin_operator_endpoint_condition{{endpoint="ep-m",namespace="{namespace}",'
 
         def reconciled() -> str | None:
+            # the status the test saw is on the API server before the operator, reading the
+            # patch's answer, sets its gauge: wait for the gauge, not only the reconcile
             text = urllib.request.urlopen(url, timeout=2).read().decode()
-            return text if 'kvpin_operator_reconciles_total{result="ok"}' in text else None
+            done = 'kvpin_operator_reconciles_total{result="ok"}' in text
+            return text if done and ready + 'status="True",type="Ready"} 1.0' in text else None
 
         text = wait_for("reconcile metrics", reconciled)
         for name in (
@@ -478,8 +482,6 @@ def test_metrics_and_json_logs(
             "kvpin_operator_ring_changes_total",
         ):
             assert name in text
-        ready = f'kvpin_operator_endpoint_condition{{endpoint="ep-m",namespace="{namespace}",'
-        assert ready + 'status="True",type="Ready"} 1.0' in text
         assert ready + 'status="False",type="Ready"} 0.0' in text
         client.delete_endpoint(namespace, "ep-m")
 
