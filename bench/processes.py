@@ -25,8 +25,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def kvpin_command() -> list[str]:
-    """How to start `kvpin` from the running interpreter's environment."""
+def kvpin_command(build: str | None = None) -> list[str]:
+    """How to start `kvpin` from the running interpreter's environment, or from the virtualenv
+    (`.venv`) of another checkout, `build`, to compare two versions in one run."""
+    if build is not None:
+        script = pathlib.Path(build, ".venv", "bin", "kvpin")
+        if not script.exists():
+            raise FileNotFoundError(f"{script} does not exist: build= names a checkout's root")
+        return [str(script)]
     script = pathlib.Path(sys.executable).parent / "kvpin"
     return [str(script)] if script.exists() else [sys.executable, "-P", "-m", "kvpin.cli"]
 

@@ -94,7 +94,9 @@ def default_cache_blocks(workload: workloads.WorkloadConfig, pods: int) -> int:
 
 def split_policy(policy: str) -> tuple[str, dict[str, Any]]:
     """`kvpin-x3@moveMargin=1@loadFactor=3` -> the policy and the router settings it overrides,
-    so a setting is compared with the default side by side, in one run on the same pods."""
+    so a setting is compared with the default side by side, in one run on the same pods.
+    `@build=DIR` is not a setting: it runs the router of another checkout (its `.venv`), so a
+    change is compared with the code before it in one run."""
     base, *items = policy.split("@")
     overrides: dict[str, Any] = {}
     for item in items:
@@ -109,7 +111,9 @@ def available_policies(policies: Sequence[str]) -> list[str]:
     """The requested policies whose software is installed (peers are optional)."""
     out = []
     for policy in policies:
-        split_policy(policy)  # a malformed setting fails before anything starts
+        _, overrides = split_policy(policy)  # a malformed setting fails before anything starts
+        if "build" in overrides:
+            processes.kvpin_command(str(overrides["build"]))  # so does a missing build
         name = policy.split(":")[0]
         if policy in PEER_POLICIES and router_throughput.find_peer(name) is None:
             continue
@@ -166,9 +170,15 @@ def _members(urls: Sequence[str], config: BenchConfig, policy: str) -> dict[str,
 
 @contextlib.contextmanager
 def _target(
-    policy: str, pools: dict[str, dict[str, str]], tmp: pathlib.Path, *, routing: dict[str, Any]
+    policy: str,
+    pools: dict[str, dict[str, str]],
+    tmp: pathlib.Path,
+    *,
+    routing: dict[str, Any],
+    command: Sequence[str],
 ) -> Iterator[targets.Target]:
-    """The target of `policy` in front of `pools` (endpoint -> pod name -> URL)."""
+    """The target of `policy` in front of `pools` (endpoint -> pod name -> URL); `command`
+    starts a kvpin router."""
     urls = {ep: list(members.values()) for ep, members in pools.items()}
     if policy in targets.BASELINES:
         yield targets.Baseline(policy, urls)
@@ -178,7 +188,9 @@ def _target(
                              prefix_chars=int(routing["prefixChars"]))  # fmt: skip
         return
     if policy in KVPIN_POLICIES:
-        with _kvpin(policy, pools, tmp / f"{policy}.yaml", routing=routing) as target:
+        with _kvpin(
+            policy, pools, tmp / f"{policy}.yaml", routing=routing, command=command
+        ) as target:
             yield target
         return
     with _peer(policy, pools) as target:
@@ -187,7 +199,12 @@ def _target(
 
 @contextlib.contextmanager
 def _kvpin(
-    policy: str, pools: dict[str, dict[str, str]], config: pathlib.Path, *, routing: dict[str, Any]
+    policy: str,
+    pools: dict[str, dict[str, str]],
+    config: pathlib.Path,
+    *,
+    routing: dict[str, Any],
+    command: Sequence[str],
 ) -> Iterator[targets.Target]:
     """kvpin router replicas on a static file, which `reconfigure` rewrites."""
     key = policy.partition("-")[2] if policy in ("kvpin-session", "kvpin-endpoint") else ""
@@ -211,7 +228,7 @@ def _kvpin(
             port = processes.free_port()
             routers.append(f"http://127.0.0.1:{port}")
             stack.enter_context(processes.running(
-                [*processes.kvpin_command(), "router", "--config", str(config), "--host",
+                [*command, "router", "--config", str(config), "--host",
                  "127.0.0.1", "--port", str(port), "--log-level", "WARNING"],
                 health_url=f"{routers[-1]}/readyz",
             ))  # fmt: skip
@@ -307,11 +324,18 @@ def _each_policy(
                 progress(policy, done, total)
 
             base, overrides = split_policy(policy)
+            build = overrides.pop("build", None)
             members = {ep: _members(urls, config, base) for ep, urls in pools.items()}
             routing = {"prefixChars": config.prefix_chars, "loadFactor": config.load_factor,
                        "moveMargin": config.move_margin, **overrides}  # fmt: skip
             driven = _with_scenario(drive, pools, total) if config.scenario else drive
-            with _target(base, members, pathlib.Path(tmp), routing=routing) as target:
+            with _target(
+                base,
+                members,
+                pathlib.Path(tmp),
+                routing=routing,
+                command=processes.kvpin_command(build),
+            ) as target:
                 result = asyncio.run(driven(base, target, tick))
                 breaks = None
                 if base in KVPIN_POLICIES and isinstance(target, targets.Routed):
