@@ -12,6 +12,7 @@ guesses.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import random
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -20,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from kvpin import api
-from kvpin.router import estimates, keys, placement, ring
+from kvpin.router import estimates, holdings, keys, placement, ring
 
 BASELINES = ("random", "round-robin", "least-inflight")
 
@@ -117,6 +118,9 @@ class Oracle(Target):
         self.rings = {ep: _ring(urls) for ep, urls in pools.items()}
         self.costs = costs
         self.prefix_chars = prefix_chars
+        self.demand: collections.defaultdict[str, placement.Demand] = collections.defaultdict(
+            placement.Demand
+        )
         self._session: aiohttp.ClientSession | None = None
 
     async def _ask(self, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -140,12 +144,29 @@ class Oracle(Target):
                                 s["cached_tokens"], self.costs.prefill_tokens_per_s)
             for m, s in zip(walk, seen, strict=True)
         ]  # fmt: skip
-        home = max(candidates, key=lambda c: c.cached_tokens)  # max keeps the first of equals
         prompt = seen[0]["prompt_tokens"]
+        # the router's rule for new conversations (router.proxy), on exact token counts
+        per_char = prompt / max(1, sum(len(t) for t in (zones.system, zones.tools))
+                                + sum(len(t) for _, t in zones.history))  # fmt: skip
+        head_chars = holdings.head_chars(zones)
+        if head_chars and len(zones.history) <= 1:
+            self.demand[endpoint].add(key)
+        first_chars = head_chars + (len(zones.history[0][1]) if zones.history else 0)
+        by_conversation, spread = placement.new_conversations(
+            head_tokens=round(head_chars * per_char), first_tokens=round(first_chars * per_char),
+            share=self.demand[endpoint].share(key) if head_chars else 1.0, members=len(walk),
+            fresh_below=self.costs.fresh_below,
+        )  # fmt: skip
+        allowed = {m.name for m in (walk[:spread] if by_conversation else walk)}
         conversation = keys.conversation_id(keys.opening(zones), None)
         fresh_key = keys.conversation_key("prefix", key, conversation)
-        fresh = [m.name for m in self.rings[endpoint].walk(fresh_key)]
-        return placement.decide(candidates, home.name, prompt, self.costs, fresh).member
+        fresh = [m.name for m in self.rings[endpoint].walk(fresh_key) if m.name in allowed]
+        names = [c.name for c in candidates]
+        held = {c.name: c.cached_tokens for c in candidates}
+        home = placement.home_of(held, names, fresh if by_conversation else ())
+        head_tokens = round(head_chars * per_char) if by_conversation else 0
+        return placement.decide(candidates, home, prompt, self.costs, fresh,
+                                head_tokens=head_tokens).member  # fmt: skip
 
     def pick(self, endpoint: str) -> str:
         raise TypeError("the oracle needs the request: use choose()")

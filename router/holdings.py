@@ -35,6 +35,16 @@ HASH_BYTES = 8
 ENTRY_BYTES = 120  # a name and its place in a member's table: 116 by `kvpin bench router`
 
 
+def head_chars(zones: Zones) -> int:
+    """Where the conversation's own text begins in the prompt's stream of characters, after
+    the system prompt, the tools and the first message's role (0 when it has no system prompt
+    or tools): a member holding no more than this holds none of the conversation."""
+    if not zones.system and not zones.tools:
+        return 0
+    role = len(zones.history[0][0]) + 1 if zones.history else 0  # "user\0"
+    return len(zones.system) + len(zones.tools) + 2 + role  # each zone ends with a separator
+
+
 def chunk_names(zones: Zones) -> bytes:
     """The names of a prompt's whole chunks, concatenated (HASH_BYTES each)."""
     h = hashlib.blake2b(digest_size=HASH_BYTES)

@@ -12,27 +12,31 @@ request that the member does not hold, over the member's prefill rate. Then:
   group's preamble) would pile every conversation sharing it onto the members holding that
   head, whose caches then evict each other's histories, while two choices per conversation
   keep cache occupancy and load even and the choice mostly a function of the conversation.
-- Otherwise the home (the member holding the longest prefix of the request, else the key's
-  ring owner) stays the choice unless another member's estimate is lower by more than the
-  margin. The estimates count what a move costs this request; the margin prices what it costs
-  everyone else: the prefill it recomputes is work the pool does on top, which the requests
-  queued behind it on the destination wait through, and the copy left behind on the home is
-  cache space lost to duplication. So a move must save this request more time than it adds to
-  the pool: `margin` (1) times the tokens it recomputes, plus `margin_tokens` of hysteresis. A
-  long conversation leaves its home only for a member far ahead, while a new conversation
-  whose only cached part is a short shared head (system prompt, tools) spreads as soon as the
-  head's holders have work queued. (At 0.25, the earlier default, moves bought no time on the
-  benchmarks' traces and cost hit rate: docs/benchmarks.md.)
-- Ties break by walk order, so replicas with the same membership and the same loads agree.
+- Otherwise the home (the member holding the longest prefix of the request, the first of several
+  in the conversation's walk; else the key's ring owner) stays the choice unless another
+  member's estimate is lower by more than the margin. The estimates count what a move costs this
+  request; the margin prices what it costs everyone else: the prefill it recomputes is work the
+  pool does on top, which the requests queued behind it on the destination wait through, and the
+  copy left behind on the home is cache space lost to duplication. So a move must save this
+  request more time than it adds to the pool: `margin` (1) times the tokens it recomputes, plus
+  `margin_tokens` of hysteresis. A long conversation leaves its home only for a member far
+  ahead, while a new conversation whose only cached part is a short shared head (system prompt,
+  tools) spreads as soon as the head's holders have work queued. (At 0.25, the earlier default,
+  moves bought no time on the benchmarks' traces and cost hit rate: docs/benchmarks.md.)
+- Ties break by walk order, so replicas with the same membership and the same loads agree;
+  and a replica that never saw a conversation's earlier turns presumes them where any replica
+  places a new conversation, the first member of its walk (holders).
 
 The estimates are guesses (router.holdings says why); nothing here is trusted beyond choosing.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import math
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 DEFAULT_MOVE_MARGIN = 1.0  # routing.moveMargin
 
@@ -65,6 +69,26 @@ class Candidate:
         return (self.queued_tokens + max(0, prompt_tokens - self.cached_tokens)) / self.rate
 
 
+def first_of(pool: Collection[str], order: Iterable[str], walk: Sequence[str]) -> str | None:
+    """The first member of `pool` in `order` (a conversation's own walk, read lazily), then in
+    `walk`; None when `pool` has no member of `walk`."""
+    pool = set(pool).intersection(walk)
+    if len(pool) <= 1:
+        return next(iter(pool), None)
+    return next(m for m in itertools.chain(order, walk) if m in pool)
+
+
+def home_of(held: Mapping[str, int], walk: Sequence[str], order: Iterable[str] = ()) -> str | None:
+    """The member of `walk` holding the longest prefix (`held`, in any unit), None if none does.
+
+    Of several holding it (a shared head: a system prompt, tools), the first in `order`, the
+    conversation's own walk: conversations sharing a head spread over its holders as their own
+    walks spread them, rather than all following the first holder in the key's walk.
+    """
+    longest = max(held.values(), default=0)
+    return first_of((m for m, n in held.items() if longest and n == longest), order, walk)
+
+
 def holders(
     walk: Sequence[str],
     chars: Mapping[str, int],
@@ -73,25 +97,29 @@ def holders(
     previous_tokens: int,
     tokens: Callable[[int], int],
     slack_chars: int,
+    order: Iterable[str] = (),
 ) -> tuple[str | None, dict[str, int]]:
     """The request's home among `walk`, and the tokens of it each member there probably holds.
 
     `chars` is what the placement index says each member holds of the prompt (leading
-    characters). The home is the first member of the walk holding the longest prefix; when
-    that prefix is held only off the walk (by a member tried, ejected or warming) there is no
-    home and the request goes as one without (router.placement.decide: the ring owner). A later
-    turn whose previous prompt is longer than anything this replica knows of it (by more than
-    `slack_chars`: the index's chunking) went through another replica: it is presumed on its
-    ring owner, `walk[0]`, where every replica sends a conversation it has not seen, holding
-    the previous prompt.
+    characters); `order` is the conversation's own walk. The home is the member holding the
+    longest prefix (home_of); when that prefix is held only off the walk (by a member tried,
+    ejected or warming) there is no home and the request goes as one without
+    (router.placement.decide). A later turn whose previous prompt is longer than anything this
+    replica knows of it (by more than `slack_chars`: the index's chunking) went through another
+    replica (or the index forgot it): it is presumed, holding the previous prompt, on the first
+    member of its conversation's walk, where every replica places a new conversation when
+    loads are even (decide). What this replica knows of its earlier turns does not change
+    that: another replica, not knowing them, presumed the same and may have sent a later turn
+    there, so that every replica's guess converges on one member.
     """
     cached = {m: min(prompt_tokens, tokens(chars[m])) for m in walk if chars.get(m)}
-    longest = max(chars.values(), default=0)
-    home = next((m for m in walk if longest and chars.get(m) == longest), None)
-    if previous_tokens > tokens(longest + slack_chars):
-        home = walk[0]
+    if previous_tokens > tokens(max(chars.values(), default=0) + slack_chars):
+        home = first_of(walk, order, walk)
+        assert home is not None  # walk is never empty
         cached[home] = max(cached.get(home, 0), previous_tokens)
-    return home, cached
+        return home, cached
+    return home_of(chars, walk, order), cached
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,17 +135,30 @@ def decide(
     prompt_tokens: int,
     settings: CostSettings,
     fresh_order: Iterable[str] = (),
+    *,
+    head_tokens: int = 0,
 ) -> Decision:
-    """The member for a request; `walk` in the key's ring order, never empty; `fresh_order`
-    the members in the conversation's own ring order (empty: the key's), read only as far as
-    a new conversation needs (a lazy walk costs nothing for the others)."""
-    if max(c.cached_tokens for c in walk) <= settings.fresh_below * prompt_tokens:
+    """The member for a request; `walk` in the key's ring order, never empty.
+
+    `fresh_order` is where a new conversation may go, in its own ring order (empty: the key's
+    walk), read only as far as needed (a lazy walk costs nothing for the others); it takes
+    the member with less work of the first two there. `head_tokens` is the size of its system
+    prompt and tools: a request holding no more is new, and a member holding them has no
+    less work for it (the head will be copied to wherever its conversations go).
+    """
+    held = max(c.cached_tokens for c in walk)
+    fresh = held <= settings.fresh_below * prompt_tokens or bool(
+        settings.fresh_below and held <= head_tokens
+    )
+    if fresh:
         by_name = {c.name: c for c in walk}
         order = list(itertools.islice((by_name[n] for n in fresh_order if n in by_name), 2))
         order += [c for c in walk if c not in order]  # members off that order: in walk order
         # work in tokens, not time: measured rates differ from replica to replica, and
         # replicas that see the same loads must agree (min keeps the first of equals)
-        first = min(order[:2], key=lambda c: c.queued_tokens - c.cached_tokens)
+        first = min(
+            order[:2], key=lambda c: c.queued_tokens - max(0, c.cached_tokens - head_tokens)
+        )
         return Decision(first.name, moved=False, fresh=True)
     stay = next((c for c in walk if c.name == home), walk[0])
     best = min(walk, key=lambda c: c.ttft(prompt_tokens))
@@ -126,3 +167,55 @@ def decide(
     if best is not stay and best.ttft(prompt_tokens) < stay.ttft(prompt_tokens) - margin:
         return Decision(best.name, moved=True, fresh=False)
     return Decision(stay.name, moved=False, fresh=False)
+
+
+class Demand:
+    """Which heads an endpoint's new conversations opened with, over the last `window` of
+    them. A head's share of them is the share of the pool its conversations will need, so the
+    number of members worth holding a copy of it (head_members). Bounded; O(1) per update."""
+
+    def __init__(self, window: int = 256, floor: int = 8) -> None:
+        self._recent: collections.deque[str] = collections.deque(maxlen=window)
+        self._counts: collections.Counter[str] = collections.Counter()
+        self.floor = floor  # a head seen once in the first few is not yet the whole pool's
+
+    def add(self, head: str) -> None:
+        if len(self._recent) == self._recent.maxlen:
+            oldest = self._recent[0]
+            self._counts[oldest] -= 1
+            if not self._counts[oldest]:
+                del self._counts[oldest]
+        self._recent.append(head)
+        self._counts[head] += 1
+
+    def share(self, head: str) -> float:
+        return self._counts.get(head, 0) / max(len(self._recent), self.floor)
+
+
+def new_conversations(
+    *, head_tokens: int, first_tokens: int, share: float, members: int, fresh_below: float
+) -> tuple[bool, int]:
+    """How a new conversation opening like this request is placed: whether by its own walk,
+    and over how many of the first members of its head's walk.
+
+    By its own walk over every member; but one opening with a head that is most of its first
+    turn (system prompt, tools) follows the head's holders in the key's walk, like any
+    request, unless the head is popular enough to need several members (head_members): then
+    it goes by its own walk over that many of the first members of the head's walk. A
+    fraction of 0 places every request by the key's walk (the behaviour before `freshBelow`).
+    """
+    if not fresh_below:
+        return False, members
+    if head_tokens > fresh_below * first_tokens:
+        spread = head_members(share, members)
+        return spread > 1, spread
+    return True, members
+
+
+def head_members(share: float, members: int) -> int:
+    """Over how many members a head's new conversations are spread: its share of the pool,
+    rounded (at least one). A head most conversations open with is copied to every member,
+    so they spread evenly; one of six is kept where it is, so six heads do not fill every
+    cache. Rounded, not up: a head needs a second member only at one and a half members'
+    worth, so that replicas counting a few conversations each agree on one."""
+    return max(1, min(members, math.floor(share * members + 0.5)))

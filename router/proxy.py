@@ -32,6 +32,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import itertools
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -81,6 +82,9 @@ class Facts:
     prompt_chars: int
     prompt_tokens: int
     previous_tokens: int  # of the previous turn's prompt (0 on a first turn)
+    head_tokens: int = 0  # of its system prompt and tools: what conversations share
+    first_tokens: int = 0  # of its first turn's prompt (the first message after the head)
+    head_share: float = 1.0  # of the endpoint's new conversations opening with its head
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +165,9 @@ class Proxy:
         self.breaks = BreakDetector(settings.conversations)
         self.heads: collections.defaultdict[str, warmup.HotHeads] = collections.defaultdict(
             warmup.HotHeads
+        )
+        self.demand: collections.defaultdict[str, placement.Demand] = collections.defaultdict(
+            placement.Demand
         )
         self.warmer = warmup.Warmer(metrics, self._warmed)
         membership.listeners.append(self.forget)
@@ -279,6 +286,8 @@ class Proxy:
         broken = self.breaks.observe(f"{ep}/{conversation}", summary.turn)
         if broken:
             self.metrics.of(self.metrics.prefix_breaks, ep, broken).inc()
+        if summary.head_chars and summary.messages <= 1:  # a new conversation of this head
+            self.demand[ep].add(key)
         tokens = self.estimates.tokens
         prompt = max(1, tokens(ep, summary.prompt_chars))
         facts = Facts(
@@ -287,6 +296,9 @@ class Proxy:
             prompt_chars=summary.prompt_chars, prompt_tokens=prompt,
             previous_tokens=0 if summary.messages <= 1 else max(
                 0, prompt - tokens(ep, summary.last_chars)),
+            head_tokens=tokens(ep, summary.head_chars) if summary.head_chars else 0,
+            first_tokens=tokens(ep, summary.first_chars),
+            head_share=self.demand[ep].share(key) if summary.head_chars else 1.0,
         )  # fmt: skip
         return await self.forward(
             request, endpoint, path, raw, facts, broken=broken, started=started
@@ -323,6 +335,19 @@ class Proxy:
             if size:
                 table.resize(name, self.estimates.chars(ep, size) / holdings.CHUNK_CHARS)
         held = table.held(facts.scope, facts.chunks)
+
+        by_conversation, spread = placement.new_conversations(
+            head_tokens=facts.head_tokens, first_tokens=facts.first_tokens,
+            share=facts.head_share, members=len(endpoint.ring), fresh_below=routing.fresh_below,
+        )  # fmt: skip
+        allowed = None  # all
+        if by_conversation and spread < len(endpoint.ring):  # the head's first members
+            allowed = {m.name for m in itertools.islice(endpoint.ring.walk(facts.key), spread)}
+
+        def conversation() -> Iterator[str]:  # its own walk, read only as far as needed
+            walk = (m.name for m in endpoint.ring.walk(facts.fresh_key))
+            return walk if allowed is None else (m for m in walk if m in allowed)
+
         home, cached = placement.holders(
             [m.name for m in walk],
             {m: n * holdings.CHUNK_CHARS for m, n in held.items()},
@@ -330,6 +355,7 @@ class Proxy:
             previous_tokens=facts.previous_tokens,
             tokens=functools.partial(self.estimates.tokens, ep),
             slack_chars=holdings.CHUNK_CHARS,
+            order=conversation() if by_conversation else (),
         )
         candidates = [
             placement.Candidate(
@@ -340,8 +366,11 @@ class Proxy:
             )
             for m in capped
         ]
-        fresh = (m.name for m in endpoint.ring.walk(facts.fresh_key)) if routing.fresh_below else ()
-        decision = placement.decide(candidates, home, facts.prompt_tokens, routing.costs(), fresh)
+        decision = placement.decide(
+            candidates, home, facts.prompt_tokens, routing.costs(),
+            conversation() if routing.fresh_below else (),
+            head_tokens=facts.head_tokens if by_conversation else 0,
+        )  # fmt: skip
         chosen = next(c for c in candidates if c.name == decision.member)
         return Placed(
             member=endpoint.ring.members[decision.member],
@@ -626,6 +655,7 @@ class Proxy:
                 self._drop(ep, cold, after)
             if after is None:
                 self.heads.pop(ep, None)
+                self.demand.pop(ep, None)
                 continue
             if (joined or cold) and not after.config.routing.keep_homes:
                 self.holdings.pop(ep, None)  # every key follows the new ring

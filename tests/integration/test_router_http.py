@@ -316,6 +316,36 @@ async def test_a_turn_another_replica_placed_is_found_on_its_ring_owner(
                 body["usage"]["prompt_tokens"] - 40)  # fmt: skip
 
 
+async def test_conversations_of_a_popular_system_prompt_spread_over_the_pool(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    # Every conversation opens with one long system prompt. Following its holder would put
+    # them all on one member; the head carries the whole endpoint, so it is copied to every
+    # member and each conversation goes by its own walk. Two replicas in turn (a Service):
+    # a second turn sent through the other replica finds the member of the first.
+    urls = await pool(start_sim, 4)
+    a, b = [  # no engine scrapes: a stale one could show a finished request as load
+        await start_router(endpoint("ep-a", list(urls)), engine_metrics_interval=0)
+        for _ in range(2)
+    ]
+    served: collections.Counter[str] = collections.Counter()
+    async with aiohttp.ClientSession() as session:
+        for c in range(32):
+            first_replica, other = (a, b) if c % 2 else (b, a)
+            first = [{"role": "system", "content": LONG_SYSTEM},
+                     {"role": "user", "content": f"conversation {c}: where is it?"}]  # fmt: skip
+            member, body = await chat(session, first_replica, first)
+            served[member] += 1
+            second = [*first, body["choices"][0]["message"], {"role": "user", "content": "and?"}]
+            again, body = await chat(session, other, second)
+            if c >= 16:  # each replica has counted 8, a whole window's floor, all of this head
+                assert again == member, c
+                assert body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0.9 * (
+                    body["usage"]["prompt_tokens"] - 40)  # fmt: skip
+    assert len(served) == 4, served
+    assert max(served.values()) <= 16, served
+
+
 async def test_inbound_authentication(start_sim: StartSim, start_router: StartRouter) -> None:
     router = await start_router(
         endpoint("ep-a", [await start_sim()]), tokens=auth.parse_tokens("s3cret")

@@ -109,11 +109,13 @@ def test_the_summary_holds_what_routing_reads() -> None:
     tools_chars = len(json.dumps(body["tools"], separators=(",", ":")))
     assert summary.prompt_chars == len("Be brief.") + tools_chars + len("What is 2+2?4And 3+3?")
     assert summary.last_chars == len("And 3+3?")
+    assert summary.head_chars == len("Be brief.") + tools_chars + 2 + len("user") + 1
     assert summary.messages == 3
     assert summary.chunks == holdings.chunk_names(zones)
     assert summary.shared_head != b""
     bare = bodies.summarize(b'{"model": "ep", "messages": []}', Limits())
     assert (bare.user, bare.cache_salt, bare.last_chars, bare.messages) == (None, "", 0, 0)
+    assert bare.head_chars == 0
     assert bodies.summarize(b'{"model": "ep", "user": ""}', Limits()).user is None
 
 

@@ -67,6 +67,23 @@ def test_chunk_names_hash_the_documented_stream_at_every_chunk_boundary() -> Non
     assert len(expected) >= 2 * holdings.HASH_BYTES  # several boundaries are checked
 
 
+def test_a_chunk_ending_past_the_system_prompt_and_tools_holds_the_conversation() -> None:
+    def zones(system: str, tools: str, user: str) -> keys.Zones:
+        return keys.Zones(system, tools, (("user", user),))
+
+    assert holdings.head_chars(zones("", "", "hi")) == 0  # no head: nothing shared
+    assert holdings.head_chars(keys.Zones("s", "", ())) == 3
+    # two conversations with one head: chunks named alike up to where their own text begins
+    # ("user\0" after the separators), apart from the chunk ending a character past it
+    for tools in (C - 8, C - 7):
+        one, two = zones("s" * C, "t" * tools, "a" * C), zones("s" * C, "t" * tools, "b" * C)
+        begins = holdings.head_chars(one)
+        assert begins == C + 1 + tools + 1 + 5
+        a, b = holdings.chunk_names(one), holdings.chunk_names(two)
+        assert a[:8] == b[:8]  # chunk 1: all head
+        assert (a[8:16] == b[8:16]) is (begins >= 2 * C)  # chunk 2 ends at 2C
+
+
 def test_the_table_holds_at_least_one_entry_and_as_many_as_its_bytes_allow() -> None:
     assert holdings.Holdings(0).max_entries == 1
     assert holdings.Holdings(holdings.ENTRY_BYTES * 3 + 10).max_entries == 3

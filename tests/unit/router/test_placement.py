@@ -46,6 +46,27 @@ def test_a_request_finding_only_a_short_shared_head_is_placed_by_its_conversatio
     assert placement.decide(cold, None, 4000, zero) == placement.Decision("b", False, True)
 
 
+def test_a_request_holding_nothing_beyond_its_system_prompt_and_tools_is_new() -> None:
+    fresh = placement.CostSettings(margin=1, fresh_below=0.3)
+    # a 3,000-token system prompt of a 4,000-token first turn, held on a: far over the
+    # fraction, but none of the conversation is held anywhere
+    walk = [c("a", queued=900, cached=3000), c("b", queued=500), c("c", queued=400)]
+    head = placement.decide(walk, "a", 4000, fresh, ["c", "b", "a"], head_tokens=3000)
+    assert head == placement.Decision("c", moved=False, fresh=True)
+    # the head holder among the first two has no less to do by holding it: by queue alone
+    assert placement.decide(walk, "a", 4000, fresh, ["b", "a"], head_tokens=3000).member == "b"
+    assert placement.decide(walk, "a", 4000, fresh, ["a", "b"], head_tokens=3100).member == "b"
+    # what it holds beyond the head (a tenth of it here) still counts
+    beyond = [c("a", queued=900, cached=3000), c("b", queued=500)]
+    assert placement.decide(beyond, "a", 10_000, fresh, ["b", "a"], head_tokens=2500).member == (
+        "a")  # fmt: skip
+    # a token of the conversation held: the cost rule, which keeps it with the holder
+    assert placement.decide(walk, "a", 4000, fresh, ["c"], head_tokens=2999).member == "a"
+    # a fraction of 0 turns this off too
+    zero = placement.CostSettings(margin=1, fresh_below=0)
+    assert placement.decide(walk, "a", 4000, zero, ["c"], head_tokens=3000).member == "a"
+
+
 def test_a_warm_home_is_kept_against_a_small_imbalance() -> None:
     # home: 40k cached of 41k, 8k queued -> (8000 + 1000) / 10k = 0.9 s
     # cold b: nothing queued -> 41000 / 10k = 4.1 s: staying is far cheaper
@@ -92,9 +113,12 @@ def tokens(chars: int) -> int:
     return chars // 4  # 4 characters a token
 
 
-def holders(walk: list[str], chars: dict[str, int], prompt: int = 10_000, previous: int = 0):
+def holders(
+    walk: list[str], chars: dict[str, int], prompt: int = 10_000, previous: int = 0,
+    order: tuple[str, ...] = (),
+):  # fmt: skip
     return placement.holders(walk, chars, prompt_tokens=prompt, previous_tokens=previous,
-                             tokens=tokens, slack_chars=4096)  # fmt: skip
+                             tokens=tokens, slack_chars=4096, order=order)  # fmt: skip
 
 
 def test_the_home_is_the_first_member_of_the_walk_holding_the_longest_prefix() -> None:
@@ -116,10 +140,42 @@ def test_what_a_member_holds_never_exceeds_the_prompt() -> None:
     assert holders(["a"], {"a": 80_000}, prompt=5000)[1] == {"a": 5000}
 
 
-def test_a_turn_another_replica_placed_is_presumed_on_its_ring_owner() -> None:
-    # previous prompt 6,000 tokens; this replica knows 2,048 (+ a chunk of slack: 3,072)
-    home, cached = holders(["a", "b"], {"b": 8192}, previous=6000)
-    assert home == "a" and cached == {"a": 6000, "b": 2048}
+def test_of_several_holding_a_shared_head_the_conversation_walk_picks_the_home() -> None:
+    # b and c hold as much (a system prompt): the conversation's walk, not the key's, decides
+    assert holders(["a", "b", "c"], {"b": 8192, "c": 8192}, order=("c", "a", "b"))[0] == "c"
+    assert holders(["a", "b", "c"], {"b": 8192, "c": 8192}, order=("b", "c"))[0] == "b"
+    # members of the order off the walk (tried, ejected) are passed over
+    assert holders(["b", "c"], {"a": 8192, "b": 8192, "c": 8192}, order=("a", "c"))[0] == "c"
+    # one member holding the longest prefix is the home wherever the walk puts it
+    assert holders(["a", "b", "c"], {"b": 8192, "c": 4096}, order=("c", "a"))[0] == "b"
+
+
+def test_the_conversation_walk_is_read_only_as_far_as_needed() -> None:
+    read = []
+
+    def order():
+        for m in ("c", "b", "a", "d"):
+            read.append(m)
+            yield m
+
+    assert holders(["a", "b", "c", "d"], {"a": 8192, "b": 8192}, order=order())[0] == "b"
+    assert read == ["c", "b"]
+    read.clear()
+    assert holders(["a", "b", "c", "d"], {"a": 8192}, order=order())[0] == "a"
+    assert read == []  # one holder: nothing to read
+
+
+def test_a_turn_another_replica_placed_is_presumed_on_its_conversation_walk() -> None:
+    # the first member of its walk on the key's walk, where a new conversation goes when
+    # loads are even
+    home, cached = holders(["a", "b", "c"], {}, previous=6000, order=("x", "c", "a"))
+    assert home == "c" and cached == {"c": 6000}
+    # its head or an earlier turn known on b: the same, as every other replica presumes
+    home, cached = holders(["a", "b", "c"], {"b": 8192, "c": 8192}, previous=6000,
+                           order=("a", "c", "b"))  # fmt: skip
+    assert home == "a" and cached == {"a": 6000, "b": 2048, "c": 2048}
+    # no conversation walk: the key's
+    assert holders(["a", "b"], {"b": 8192}, previous=6000) == ("a", {"a": 6000, "b": 2048})
     # within a chunk of what is known: only the chunking, not another replica's turn
     assert holders(["a", "b"], {"b": 8192}, previous=3072) == ("b", {"b": 2048})
     # known on a member off the walk: no presumption either
@@ -152,3 +208,32 @@ def test_holders_default_to_nothing_known() -> None:
     assert holders(["a", "b"], {}, previous=1025) == ("a", {"a": 1025})
     home, cached = holders(["a", "b"], {"a": 4096}, previous=5000)
     assert (home, cached) == ("a", {"a": 5000})  # what it holds, raised to the previous prompt
+
+
+def test_a_heads_share_of_new_conversations_is_counted_over_a_window() -> None:
+    demand = placement.Demand(window=4, floor=2)
+    assert demand.share("h") == 0
+    demand.add("h")
+    assert demand.share("h") == 0.5  # one of at least `floor`
+    for head in ("h", "g", "h"):
+        demand.add(head)
+    assert (demand.share("h"), demand.share("g")) == (0.75, 0.25)
+    demand.add("g")  # the first "h" leaves the window
+    assert (demand.share("h"), demand.share("g")) == (0.5, 0.5)
+    for _ in range(4):
+        demand.add("x")
+    assert (demand.share("h"), demand.share("g"), demand.share("x")) == (0, 0, 1)
+    assert len(demand._counts) == 1  # heads gone from the window are not kept
+
+
+def test_a_head_is_spread_over_members_in_proportion_to_its_share() -> None:
+    assert placement.head_members(1.0, 4) == 4
+    assert placement.head_members(0.5, 4) == 2
+    assert placement.head_members(0.6, 4) == 2
+    assert placement.head_members(0.63, 4) == 3
+    assert placement.head_members(0.37, 4) == 1  # under a member and a half's worth: one
+    assert placement.head_members(0.375, 4) == 2
+    assert placement.head_members(1 / 6, 4) == 1
+    assert placement.head_members(0.0, 4) == 1  # never none
+    assert placement.head_members(2.0, 4) == 4  # never more than the pool
+    assert placement.head_members(0.3, 10) == 3
