@@ -151,7 +151,7 @@ class Oracle(Target):
         head_chars = holdings.head_chars(zones)
         if head_chars and len(zones.history) <= 1:
             self.demand[endpoint].add(key)
-        first_chars = head_chars + (len(zones.history[0][1]) if zones.history else 0)
+        first_chars = holdings.first_turn_chars(zones)
         by_conversation, spread = placement.new_conversations(
             head_tokens=round(head_chars * per_char), first_tokens=round(first_chars * per_char),
             share=self.demand[endpoint].share(key) if head_chars else 1.0, members=len(walk),

@@ -82,8 +82,8 @@ class Summary:
     opening: str  # keys.opening(zones)
     turn: breaks.Turn
     prompt_chars: int  # characters of system, tools and history: the prompt's size
-    head_chars: int  # holdings.head_chars: where system and tools end in the chunked stream
-    first_chars: int  # where the first message ends there: the size of the first turn
+    head_chars: int  # holdings.head_chars: where its own text begins after system and tools
+    first_chars: int  # holdings.first_turn_chars: the size of the conversation's first turn
     last_chars: int  # characters of the last message: what this turn added
     chunks: bytes  # holdings.chunk_names: the prompt's prefix chunks, named
     messages: int  # history messages (0 or 1: a conversation's first turn)
@@ -153,7 +153,7 @@ def summarize_body(body: Mapping[str, Any]) -> Summary:
         turn=breaks.fingerprint(zones),
         prompt_chars=len(zones.system) + len(zones.tools) + sum(len(t) for _, t in zones.history),
         head_chars=holdings.head_chars(zones),
-        first_chars=holdings.head_chars(zones) + (len(zones.history[0][1]) if zones.history else 0),
+        first_chars=holdings.first_turn_chars(zones),
         last_chars=len(zones.history[-1][1]) if zones.history else 0,
         chunks=holdings.chunk_names(zones),
         messages=len(zones.history),

@@ -45,6 +45,12 @@ def head_chars(zones: Zones) -> int:
     return len(zones.system) + len(zones.tools) + 2 + role  # each zone ends with a separator
 
 
+def first_turn_chars(zones: Zones) -> int:
+    """Where the first message ends in that stream: the size of the conversation's first turn
+    (its head and its opening message), which a later turn still carries."""
+    return head_chars(zones) + (len(zones.history[0][1]) if zones.history else 0)
+
+
 def chunk_names(zones: Zones) -> bytes:
     """The names of a prompt's whole chunks, concatenated (HASH_BYTES each)."""
     h = hashlib.blake2b(digest_size=HASH_BYTES)

@@ -110,6 +110,7 @@ def test_the_summary_holds_what_routing_reads() -> None:
     assert summary.prompt_chars == len("Be brief.") + tools_chars + len("What is 2+2?4And 3+3?")
     assert summary.last_chars == len("And 3+3?")
     assert summary.head_chars == len("Be brief.") + tools_chars + 2 + len("user") + 1
+    assert summary.first_chars == summary.head_chars + len("What is 2+2?")
     assert summary.messages == 3
     assert summary.chunks == holdings.chunk_names(zones)
     assert summary.shared_head != b""

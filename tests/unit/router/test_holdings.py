@@ -82,6 +82,8 @@ def test_a_chunk_ending_past_the_system_prompt_and_tools_holds_the_conversation(
         a, b = holdings.chunk_names(one), holdings.chunk_names(two)
         assert a[:8] == b[:8]  # chunk 1: all head
         assert (a[8:16] == b[8:16]) is (begins >= 2 * C)  # chunk 2 ends at 2C
+        assert holdings.first_turn_chars(one) == begins + C  # and its first message
+    assert holdings.first_turn_chars(keys.Zones("s", "", ())) == 3
 
 
 def test_the_table_holds_at_least_one_entry_and_as_many_as_its_bytes_allow() -> None:
