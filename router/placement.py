@@ -137,7 +137,6 @@ def decide(
     fresh_order: Iterable[str] = (),
     *,
     head_tokens: int = 0,
-    anywhere: bool = False,
 ) -> Decision:
     """The member for a request; `walk` in the key's ring order, never empty.
 
@@ -145,10 +144,7 @@ def decide(
     walk), read only as far as needed (a lazy walk costs nothing for the others); it takes
     the member with less work of the first two there. `head_tokens` is the size of its system
     prompt and tools: a request holding no more is new, and a member holding them has no
-    less work for it (the head will be copied to wherever its conversations go). `anywhere`:
-    its system prompt or tools changed since its conversation's previous turn (a client that
-    writes the time into them), so its cache is worth nothing and likely will be again: a new
-    one goes to the member with the least work of all, not of two.
+    less work for it (the head will be copied to wherever its conversations go).
     """
     held = max(c.cached_tokens for c in walk)
     fresh = held <= settings.fresh_below * prompt_tokens or bool(
@@ -161,8 +157,7 @@ def decide(
         # work in tokens, not time: measured rates differ from replica to replica, and
         # replicas that see the same loads must agree (min keeps the first of equals)
         first = min(
-            order if anywhere else order[:2],
-            key=lambda c: c.queued_tokens - max(0, c.cached_tokens - head_tokens),
+            order[:2], key=lambda c: c.queued_tokens - max(0, c.cached_tokens - head_tokens)
         )
         return Decision(first.name, moved=False, fresh=True)
     stay = next((c for c in walk if c.name == home), walk[0])

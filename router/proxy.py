@@ -85,7 +85,6 @@ class Facts:
     head_tokens: int = 0  # of its system prompt and tools: what conversations share
     first_tokens: int = 0  # of its first turn's prompt (the first message after the head)
     head_share: float = 1.0  # of the endpoint's new conversations opening with its head
-    head_changed: bool = False  # its system prompt or tools changed since its previous turn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,7 +299,6 @@ class Proxy:
             head_tokens=tokens(ep, summary.head_chars) if summary.head_chars else 0,
             first_tokens=tokens(ep, summary.first_chars),
             head_share=self.demand[ep].share(key) if summary.head_chars else 1.0,
-            head_changed=broken in ("system", "tools"),
         )  # fmt: skip
         return await self.forward(
             request, endpoint, path, raw, facts, broken=broken, started=started
@@ -372,7 +370,6 @@ class Proxy:
             candidates, home, facts.prompt_tokens, routing.costs(),
             conversation() if routing.fresh_below else (),
             head_tokens=facts.head_tokens if by_conversation else 0,
-            anywhere=facts.head_changed,
         )  # fmt: skip
         chosen = next(c for c in candidates if c.name == decision.member)
         return Placed(

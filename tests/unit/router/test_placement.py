@@ -67,17 +67,6 @@ def test_a_request_holding_nothing_beyond_its_system_prompt_and_tools_is_new() -
     assert placement.decide(walk, "a", 4000, zero, ["c"], head_tokens=3000).member == "a"
 
 
-def test_a_conversation_whose_head_keeps_changing_goes_to_the_least_work_of_all() -> None:
-    fresh = placement.CostSettings(margin=1, fresh_below=0.3)
-    walk = [c("a", queued=500), c("b", queued=400), c("c", queued=100), c("d", queued=100)]
-    assert placement.decide(walk, None, 4000, fresh, ["a", "b"]).member == "b"  # two choices
-    changed = placement.decide(walk, None, 4000, fresh, ["a", "b"], anywhere=True)
-    assert changed == placement.Decision("c", moved=False, fresh=True)  # of equals: walk order
-    # something of it held after all (a retry, say): the cost rule as for any request
-    held = [c("a", queued=500, cached=3000), c("b"), c("c")]
-    assert placement.decide(held, "a", 4000, fresh, ["b"], anywhere=True).member == "a"
-
-
 def test_a_warm_home_is_kept_against_a_small_imbalance() -> None:
     # home: 40k cached of 41k, 8k queued -> (8000 + 1000) / 10k = 0.9 s
     # cold b: nothing queued -> 41000 / 10k = 4.1 s: staying is far cheaper
