@@ -237,3 +237,46 @@ def test_a_head_is_spread_over_members_in_proportion_to_its_share() -> None:
     assert placement.head_members(0.0, 4) == 1  # never none
     assert placement.head_members(2.0, 4) == 4  # never more than the pool
     assert placement.head_members(0.3, 10) == 3
+
+
+def test_how_new_conversations_opening_like_a_request_are_placed() -> None:
+    def new(head: int, first: int, share: float, fresh_below: float = 0.3) -> tuple[bool, int]:
+        return placement.new_conversations(
+            head_tokens=head, first_tokens=first, share=share, members=4, fresh_below=fresh_below
+        )
+
+    # no head, or a head that is a small part of the first turn: by its own walk, over all
+    assert new(0, 100, 1.0) == (True, 4)
+    assert new(30, 100, 1 / 6) == (True, 4)  # exactly the fraction: still small
+    # a head that is most of the first turn: as its popularity says
+    assert new(31, 100, 1 / 6) == (False, 1)  # with its holders, by the key's walk
+    assert new(31, 100, 0.5) == (True, 2)
+    assert new(900, 1000, 1.0) == (True, 4)
+    # a fraction of 0: the key's walk for every request, as before the fraction
+    assert new(0, 100, 1.0, fresh_below=0) == (False, 4)
+    assert new(900, 1000, 1.0, fresh_below=0) == (False, 4)
+
+
+def test_demand_counts_the_last_256_heads_and_at_least_8() -> None:
+    demand = placement.Demand()
+    demand.add("h")
+    assert demand.share("h") == 1 / 8
+    for _ in range(255):
+        demand.add("x")
+    assert demand.share("h") == 1 / 256
+    demand.add("x")
+    assert demand.share("h") == 0
+
+
+def test_a_new_conversation_reads_only_the_first_two_members_of_its_walk() -> None:
+    read = []
+
+    def order():
+        for m in ("c", "x", "b", "a"):
+            read.append(m)
+            yield m
+
+    fresh = placement.CostSettings(fresh_below=0.3)
+    walk = [c("a"), c("b"), c("c")]
+    assert placement.decide(walk, None, 4000, fresh, order()).member == "c"
+    assert read == ["c", "x", "b"]  # x is not a candidate (tried, ejected): passed over
