@@ -1,5 +1,7 @@
 """Placement by cost (router.placement): expected choices worked out by hand."""
 
+from collections.abc import Iterator
+
 from kvpin.router import placement
 from kvpin.router.placement import Candidate
 
@@ -150,18 +152,21 @@ def test_of_several_holding_a_shared_head_the_conversation_walk_picks_the_home()
     assert holders(["a", "b", "c"], {"b": 8192, "c": 4096}, order=("c", "a"))[0] == "b"
 
 
+def reading(names: str, read: list[str]) -> Iterator[str]:
+    """A lazy walk over `names` that notes each member read."""
+    for name in names:
+        read.append(name)
+        yield name
+
+
 def test_the_conversation_walk_is_read_only_as_far_as_needed() -> None:
-    read = []
-
-    def order():
-        for m in ("c", "b", "a", "d"):
-            read.append(m)
-            yield m
-
-    assert holders(["a", "b", "c", "d"], {"a": 8192, "b": 8192}, order=order())[0] == "b"
+    read: list[str] = []
+    assert (
+        holders(["a", "b", "c", "d"], {"a": 8192, "b": 8192}, order=reading("cbad", read))[0] == "b"
+    )
     assert read == ["c", "b"]
     read.clear()
-    assert holders(["a", "b", "c", "d"], {"a": 8192}, order=order())[0] == "a"
+    assert holders(["a", "b", "c", "d"], {"a": 8192}, order=reading("cbad", read))[0] == "a"
     assert read == []  # one holder: nothing to read
 
 
@@ -269,14 +274,8 @@ def test_demand_counts_the_last_256_heads_and_at_least_8() -> None:
 
 
 def test_a_new_conversation_reads_only_the_first_two_members_of_its_walk() -> None:
-    read = []
-
-    def order():
-        for m in ("c", "x", "b", "a"):
-            read.append(m)
-            yield m
-
+    read: list[str] = []
     fresh = placement.CostSettings(fresh_below=0.3)
     walk = [c("a"), c("b"), c("c")]
-    assert placement.decide(walk, None, 4000, fresh, order()).member == "c"
+    assert placement.decide(walk, None, 4000, fresh, reading("cxba", read)).member == "c"
     assert read == ["c", "x", "b"]  # x is not a candidate (tried, ejected): passed over
