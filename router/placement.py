@@ -12,6 +12,13 @@ request that the member does not hold, over the member's prefill rate. Then:
   group's preamble) would pile every conversation sharing it onto the members holding that
   head, whose caches then evict each other's histories, while two choices per conversation
   keep cache occupancy and load even and the choice mostly a function of the conversation.
+- A new conversation whose system prompt and tools are most of its first turn (a head held
+  or not) follows the head's holders, unless the head opens so many of the endpoint's new
+  conversations (Demand) that it needs several members (head_members): then it is placed as
+  above, by its own walk, over that many of the first members of the head's walk, and the head
+  held there counts as no less work (it will be copied to each). One popular system prompt is
+  then copied to every member and its conversations spread evenly; six heads of a sixth each
+  stay with their holders, so six large heads do not fill every cache (new_conversations).
 - Otherwise the home (the member holding the longest prefix of the request, the first of several
   in the conversation's walk; else the key's ring owner) stays the choice unless another
   member's estimate is lower by more than the margin. The estimates count what a move costs this
