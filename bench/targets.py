@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from kvpin import api
-from kvpin.router import estimates, holdings, keys, placement, ring
+from kvpin.router import bodies, estimates, keys, placement, ring
 
 BASELINES = ("random", "round-robin", "least-inflight")
 
@@ -131,8 +131,8 @@ class Oracle(Target):
     async def choose(self, endpoint: str, body: Mapping[str, Any]) -> str:
         if self._session is None:
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        zones = keys.parse_zones(body)
-        key = keys.routing_key("prefix", endpoint, keys.head(zones, keys.HEAD_CHARS), None,
+        summary = bodies.summarize_body(body)  # what the router reads of it
+        key = keys.routing_key("prefix", endpoint, summary.head, None,
                                prefix_chars=self.prefix_chars)  # fmt: skip
         walk = list(self.rings[endpoint].walk(key))
         seen = await asyncio.gather(*(self._ask(m.name, body) for m in walk))
@@ -146,27 +146,25 @@ class Oracle(Target):
         ]  # fmt: skip
         prompt = seen[0]["prompt_tokens"]
         # the router's rule for new conversations (router.proxy), on exact token counts
-        per_char = prompt / max(1, sum(len(t) for t in (zones.system, zones.tools))
-                                + sum(len(t) for _, t in zones.history))  # fmt: skip
-        head_chars = holdings.head_chars(zones)
-        if head_chars and len(zones.history) <= 1:
+        per_char = prompt / max(1, summary.prompt_chars)
+        if summary.head_chars and summary.messages <= 1:
             self.demand[endpoint].add(key)
-        first_chars = holdings.first_turn_chars(zones)
+        head_tokens = round(summary.head_chars * per_char)
         by_conversation, spread = placement.new_conversations(
-            head_tokens=round(head_chars * per_char), first_tokens=round(first_chars * per_char),
-            share=self.demand[endpoint].share(key) if head_chars else 1.0, members=len(walk),
-            fresh_below=self.costs.fresh_below,
+            head_tokens=head_tokens, first_tokens=round(summary.first_chars * per_char),
+            share=self.demand[endpoint].share(key) if summary.head_chars else 1.0,
+            members=len(walk), fresh_below=self.costs.fresh_below,
         )  # fmt: skip
         allowed = {m.name for m in (walk[:spread] if by_conversation else walk)}
-        conversation = keys.conversation_id(keys.opening(zones), None)
+        conversation = keys.conversation_id(summary.opening, None)
         fresh_key = keys.conversation_key("prefix", key, conversation)
         fresh = [m.name for m in self.rings[endpoint].walk(fresh_key) if m.name in allowed]
-        names = [c.name for c in candidates]
         held = {c.name: c.cached_tokens for c in candidates}
-        home = placement.home_of(held, names, fresh if by_conversation else ())
-        head_tokens = round(head_chars * per_char) if by_conversation else 0
-        return placement.decide(candidates, home, prompt, self.costs, fresh,
-                                head_tokens=head_tokens).member  # fmt: skip
+        order = fresh if by_conversation else ()
+        home = placement.home_of(held, [c.name for c in candidates], order)
+        head = head_tokens if by_conversation else 0
+        decision = placement.decide(candidates, home, prompt, self.costs, fresh, head_tokens=head)
+        return decision.member
 
     def pick(self, endpoint: str) -> str:
         raise TypeError("the oracle needs the request: use choose()")
