@@ -163,8 +163,7 @@ class Oracle(Target):
         order = fresh if by_conversation else ()
         home = placement.home_of(held, [c.name for c in candidates], order)
         head = head_tokens if by_conversation else 0
-        decision = placement.decide(candidates, home, prompt, self.costs, fresh, head_tokens=head,
-                                    continuing=summary.messages > 1)  # fmt: skip
+        decision = placement.decide(candidates, home, prompt, self.costs, fresh, head_tokens=head)
         return decision.member
 
     def pick(self, endpoint: str) -> str:
