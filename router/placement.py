@@ -19,8 +19,6 @@ request that the member does not hold, over the member's prefill rate. Then:
   held there counts as no less work (it will be copied to each). One popular system prompt is
   then copied to every member and its conversations spread evenly; six heads of a sixth each
   stay with their holders, so six large heads do not fill every cache (new_conversations).
-  A later turn that is mostly new content (a large tool result appended) is placed the same
-  way, its home being one of its two choices.
 - Otherwise the home (the member holding the longest prefix of the request, the first of several
   in the conversation's walk; else the key's ring owner) stays the choice unless another
   member's estimate is lower by more than the margin. The estimates count what a move costs this
@@ -146,7 +144,6 @@ def decide(
     fresh_order: Iterable[str] = (),
     *,
     head_tokens: int = 0,
-    continuing: bool = False,
 ) -> Decision:
     """The member for a request; `walk` in the key's ring order, never empty.
 
@@ -155,22 +152,13 @@ def decide(
     the member with less work of the first two there. `head_tokens` is the size of its system
     prompt and tools: a request holding no more is new, and a member holding them has no
     less work for it (the head will be copied to wherever its conversations go).
-
-    A `continuing` request (a later turn: it carries earlier ones) is never new for holding
-    no more than its head: what is known held is counted in whole chunks (router.holdings),
-    so a short first turn's home seems to hold only the head. When it is mostly new content
-    (a large tool result), its two choices are its home, first, and its walk's first member
-    besides: its history on the home is that much less work there, so with even loads it
-    stays.
     """
     held = max(c.cached_tokens for c in walk)
     fresh = held <= settings.fresh_below * prompt_tokens or bool(
-        settings.fresh_below and not continuing and held <= head_tokens
+        settings.fresh_below and held <= head_tokens
     )
     if fresh:
         by_name = {c.name: c for c in walk}
-        if continuing and home in by_name:
-            fresh_order = itertools.chain([home], (n for n in fresh_order if n != home))
         order = list(itertools.islice((by_name[n] for n in fresh_order if n in by_name), 2))
         order += [c for c in walk if c not in order]  # members off that order: in walk order
         # work in tokens, not time: measured rates differ from replica to replica, and

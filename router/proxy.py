@@ -370,7 +370,6 @@ class Proxy:
             candidates, home, facts.prompt_tokens, routing.costs(),
             conversation() if routing.fresh_below else (),
             head_tokens=facts.head_tokens if by_conversation else 0,
-            continuing=facts.previous_tokens > 0,
         )  # fmt: skip
         chosen = next(c for c in candidates if c.name == decision.member)
         return Placed(

@@ -69,36 +69,6 @@ def test_a_request_holding_nothing_beyond_its_system_prompt_and_tools_is_new() -
     assert placement.decide(walk, "a", 4000, zero, ["c"], head_tokens=3000).member == "a"
 
 
-def test_a_later_turn_is_never_new_for_holding_no_more_than_its_head() -> None:
-    fresh = placement.CostSettings(margin=1, fresh_below=0.3)
-    # a's estimate of what it holds stops at the last whole chunk, below the head's 2,100
-    # tokens, though it served the short first turn: a later turn still continues there
-    walk = [c("a", cached=2000), c("b"), c("c")]
-    new = placement.decide(walk, "a", 2500, fresh, ["c", "b", "a"], head_tokens=2100)
-    assert new == placement.Decision("c", moved=False, fresh=True)
-    later = placement.decide(
-        walk, "a", 2500, fresh, ["c", "b", "a"], head_tokens=2100, continuing=True
-    )
-    assert later == placement.Decision("a", moved=False, fresh=False)
-
-
-def test_a_later_turn_mostly_new_is_placed_by_work_between_its_home_and_its_walk() -> None:
-    fresh = placement.CostSettings(margin=1, fresh_below=0.3)
-    # 1,000 of 5,000 tokens held on its home a (a large tool result appended): placed as new,
-    # but its home is one of the two choices, where what it holds is that much less work
-    walk = [c("a", cached=1000), c("b"), c("c")]
-    assert placement.decide(walk, "a", 5000, fresh, ["c", "b"]).member == "c"  # a first turn
-    later = placement.decide(walk, "a", 5000, fresh, ["c", "b"], continuing=True)
-    assert later == placement.Decision("a", moved=False, fresh=True)
-    busy = [c("a", queued=1002, cached=1000), c("b"), c("c", queued=1)]
-    assert placement.decide(busy, "a", 5000, fresh, ["c", "b"], continuing=True).member == "c"
-    even = [c("a", queued=1001, cached=1000), c("b"), c("c", queued=1)]
-    assert placement.decide(even, "a", 5000, fresh, ["c", "b"], continuing=True).member == "a"
-    # its home first on its own walk: the second member of the walk is the other choice
-    busy = [c("a", queued=1001, cached=1000), c("b"), c("c", queued=1)]
-    assert placement.decide(busy, "a", 5000, fresh, ["a", "b"], continuing=True).member == "b"
-
-
 def test_a_warm_home_is_kept_against_a_small_imbalance() -> None:
     # home: 40k cached of 41k, 8k queued -> (8000 + 1000) / 10k = 0.9 s
     # cold b: nothing queued -> 41000 / 10k = 4.1 s: staying is far cheaper
