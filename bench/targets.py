@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from kvpin import api
-from kvpin.router import bodies, estimates, keys, placement, ring
+from kvpin.router import bodies, breaks, estimates, keys, placement, ring
 
 BASELINES = ("random", "round-robin", "least-inflight")
 
@@ -121,6 +121,7 @@ class Oracle(Target):
         self.demand: collections.defaultdict[str, placement.Demand] = collections.defaultdict(
             placement.Demand
         )
+        self.breaks = breaks.BreakDetector()
         self._session: aiohttp.ClientSession | None = None
 
     async def _ask(self, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -157,13 +158,15 @@ class Oracle(Target):
         )  # fmt: skip
         allowed = {m.name for m in (walk[:spread] if by_conversation else walk)}
         conversation = keys.conversation_id(summary.opening, None)
+        broken = self.breaks.observe(f"{endpoint}/{conversation}", summary.turn)
         fresh_key = keys.conversation_key("prefix", key, conversation)
         fresh = [m.name for m in self.rings[endpoint].walk(fresh_key) if m.name in allowed]
         held = {c.name: c.cached_tokens for c in candidates}
         order = fresh if by_conversation else ()
         home = placement.home_of(held, [c.name for c in candidates], order)
         head = head_tokens if by_conversation else 0
-        decision = placement.decide(candidates, home, prompt, self.costs, fresh, head_tokens=head)
+        decision = placement.decide(candidates, home, prompt, self.costs, fresh, head_tokens=head,
+                                    head_changed=broken in ("system", "tools"))  # fmt: skip
         return decision.member
 
     def pick(self, endpoint: str) -> str:

@@ -12,6 +12,10 @@ request that the member does not hold, over the member's prefill rate. Then:
   group's preamble) would pile every conversation sharing it onto the members holding that
   head, whose caches then evict each other's histories, while two choices per conversation
   keep cache occupancy and load even and the choice mostly a function of the conversation.
+  A later turn whose system prompt or tools changed since the turn before (a client writing
+  the time into its system prompt, say) has no walk worth keeping: its key changed with its
+  head, and a client that changed it once will likely change it again, so two choices would
+  only cost balance; it goes to the member with the least work of all.
 - A new conversation whose system prompt and tools are most of its first turn (a head held
   or not) follows the head's holders, unless the head opens so many of the endpoint's new
   conversations (Demand) that it needs several members (head_members): then it is placed as
@@ -144,14 +148,16 @@ def decide(
     fresh_order: Iterable[str] = (),
     *,
     head_tokens: int = 0,
+    head_changed: bool = False,
 ) -> Decision:
     """The member for a request; `walk` in the key's ring order, never empty.
 
     `fresh_order` is where a new conversation may go, in its own ring order (empty: the key's
     walk), read only as far as needed (a lazy walk costs nothing for the others); it takes
-    the member with less work of the first two there. `head_tokens` is the size of its system
-    prompt and tools: a request holding no more is new, and a member holding them has no
-    less work for it (the head will be copied to wherever its conversations go).
+    the member with less work of the first two there, or of all when `head_changed` (its
+    system prompt or tools since its conversation's previous turn). `head_tokens` is the size
+    of its system prompt and tools: a request holding no more is new, and a member holding
+    them has no less work for it (the head will be copied to wherever its conversations go).
     """
     held = max(c.cached_tokens for c in walk)
     fresh = held <= settings.fresh_below * prompt_tokens or bool(
@@ -164,7 +170,8 @@ def decide(
         # work in tokens, not time: measured rates differ from replica to replica, and
         # replicas that see the same loads must agree (min keeps the first of equals)
         first = min(
-            order[:2], key=lambda c: c.queued_tokens - max(0, c.cached_tokens - head_tokens)
+            order if head_changed else order[:2],
+            key=lambda c: c.queued_tokens - max(0, c.cached_tokens - head_tokens),
         )
         return Decision(first.name, moved=False, fresh=True)
     stay = next((c for c in walk if c.name == home), walk[0])

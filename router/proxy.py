@@ -81,10 +81,11 @@ class Facts:
     chunks: bytes  # the prompt's chunk names (router.holdings)
     prompt_chars: int
     prompt_tokens: int
-    previous_tokens: int  # of the previous turn's prompt (0 on a first turn)
+    previous_tokens: int  # of the previous turn's prompt, which this one extends (else 0)
     head_tokens: int = 0  # of its system prompt and tools: what conversations share
     first_tokens: int = 0  # of its first turn's prompt (the first message after the head)
     head_share: float = 1.0  # of the endpoint's new conversations opening with its head
+    head_changed: bool = False  # its system prompt or tools since its previous turn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,11 +295,12 @@ class Proxy:
             key=key, fresh_key=keys.conversation_key(routing.key, key, conversation),
             scope=salt.encode("utf-8", "surrogatepass"), chunks=summary.chunks,
             prompt_chars=summary.prompt_chars, prompt_tokens=prompt,
-            previous_tokens=0 if summary.messages <= 1 else max(
+            previous_tokens=0 if summary.messages <= 1 or broken else max(
                 0, prompt - tokens(ep, summary.last_chars)),
             head_tokens=tokens(ep, summary.head_chars) if summary.head_chars else 0,
             first_tokens=tokens(ep, summary.first_chars),
             head_share=self.demand[ep].share(key) if summary.head_chars else 1.0,
+            head_changed=broken in ("system", "tools"),
         )  # fmt: skip
         return await self.forward(
             request, endpoint, path, raw, facts, broken=broken, started=started
@@ -370,6 +372,7 @@ class Proxy:
             candidates, home, facts.prompt_tokens, routing.costs(),
             conversation() if routing.fresh_below else (),
             head_tokens=facts.head_tokens if by_conversation else 0,
+            head_changed=facts.head_changed,
         )  # fmt: skip
         chosen = next(c for c in candidates if c.name == decision.member)
         return Placed(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import pathlib
 import re
 import time
@@ -379,6 +380,38 @@ async def test_prefix_breaks_are_counted_by_zone(
         text = await scrape(session, router)
     assert headers == [None, "system", "system"]
     assert metric(text, "kvpin_router_prefix_breaks_total", zone="system") == 2
+
+
+async def test_a_turn_whose_system_prompt_changed_goes_where_there_is_least_work(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    # A careless client writes the time into its system prompt: each later turn holds nothing
+    # anywhere and has a new key. It goes to the member with the least work of the pool, not
+    # where its previous prompt would be presumed (its walk's first member, which cannot hold
+    # it), nor to the less busy of its walk's first two.
+    slow = replace_timing(decode_tokens_per_s=20, time_scale=1.0)
+    router = await start_router(
+        endpoint("ep-a", await pool(start_sim, 3, timing=slow)), engine_metrics_interval=0
+    )
+    async with aiohttp.ClientSession() as session, contextlib.AsyncExitStack() as streams:
+        busy: set[str] = set()
+        for i in range(6):  # long answers keep two members busy (100 s each)
+            story = [{"role": "user", "content": f"Tell a long story, {i}"}]
+            body = {"model": "ep-a", "stream": True, "max_tokens": 2000, "messages": story}
+            r = await streams.enter_async_context(
+                session.post(f"{router}/v1/chat/completions", json=body)
+            )
+            busy.add(r.headers["X-Kvpin-Member"])
+            if len(busy) == 2:
+                break
+        assert len(busy) == 2
+        history = [{"role": "user", "content": "Plan my day"}]
+        for minute in range(8):
+            system = {"role": "system", "content": f"{SHORT_SYSTEM} The time is 12:0{minute}."}
+            member, body = await chat(session, router, [system, *history], max_tokens=1)
+            if minute:
+                assert member not in busy, (minute, member, busy)
+            history += [body["choices"][0]["message"], {"role": "user", "content": "And then?"}]
 
 
 async def test_the_static_file_reloads_without_dropping_requests(

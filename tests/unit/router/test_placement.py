@@ -19,6 +19,19 @@ def test_a_request_with_nothing_cached_takes_the_less_loaded_of_the_first_two() 
     assert placement.decide(even, None, 4000, S).member == "a"  # ties: walk order
 
 
+def test_a_turn_whose_head_changed_takes_the_least_loaded_of_all() -> None:
+    # a careless client's timestamp in its system prompt: nothing held, a new key every turn
+    walk = [c("a", queued=5000), c("b", queued=1000), c("c", queued=0)]
+    changed = placement.decide(walk, None, 4000, S, head_changed=True)
+    assert changed == placement.Decision("c", False, True)
+    even = [c("a"), c("b"), c("c")]
+    assert placement.decide(even, None, 4000, S, head_changed=True).member == "a"  # walk order
+    # a member still holding part of it (its tools changed, its system prompt did not) has
+    # that much less work
+    walk = [c("a", queued=900), c("b", queued=1000, cached=600), c("c", queued=500)]
+    assert placement.decide(walk, None, 4000, S, head_changed=True).member == "b"
+
+
 def test_a_request_finding_only_a_short_shared_head_is_placed_by_its_conversation() -> None:
     fresh = placement.CostSettings(margin=1, fresh_below=0.3)
     # the head (1,000 of 4,000 tokens: a quarter) is on a; the conversation's own walk is c, b
