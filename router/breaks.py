@@ -2,17 +2,21 @@
 
 Pure (a bounded in-memory table, no I/O). For each conversation the detector keeps a fixed-size
 fingerprint of the previous turn: the hash of its system zone, of its tools zone, the number of
-history messages and the rolling hash over all of them. A turn's own fingerprint (`Turn`) holds
-the rolling hash after every message, so the next turn of the same conversation can be checked:
-same system, same tools, and its rolling hash at the previous turn's message count equal to the
-previous turn's last one. If not, the zone that changed is reported: `system` (a prompt edited,
+history messages and the rolling hash over all of them, and the number and the last name of its
+prompt's whole chunks (router.holdings). A turn's own fingerprint (`Turn`) holds the rolling
+hash after every message, so the next turn of the same conversation can be checked: same system,
+same tools, and its rolling hash at the previous turn's message count equal to the previous
+turn's last one, or else, with as many messages, the previous prompt's whole chunks where they
+were: its last message grew (a completion prompt, a conversation sent as one growing message),
+which keeps the cache. If not, the zone that changed is reported: `system` (a prompt edited,
 say a timestamp in it), `tools` (schemas edited or reordered), `history` (earlier messages
 rewritten or dropped, as summarizing clients do). Each of these costs the cache everything
-after the change.
+after the change. (An edit within the last, partial chunk of a grown message goes unreported:
+it costs the cache less than a chunk.)
 
 Memory is bounded in bytes: `capacity` conversations at most, least recently seen dropped first,
-each one key and one 28-byte record however long its history (about 250 bytes with Python's
-overhead; `kvpin bench router` measures it).
+each one key and one 40-byte record however long its history (`kvpin bench router` measures it
+with Python's overhead).
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ import dataclasses
 import hashlib
 import struct
 
+from kvpin.router.holdings import HASH_BYTES as _CHUNK
 from kvpin.router.keys import Zones
 
 ZONES = ("system", "tools", "history")
 _HASH = 8
-_RECORD = struct.Struct(f"<{_HASH}s{_HASH}s{_HASH}sI")  # system, tools, last rolling, count
+# system, tools, last rolling, count, last whole chunk, whole chunks
+_RECORD = struct.Struct(f"<{_HASH}s{_HASH}s{_HASH}sI{_CHUNK}sI")
 
 
 def _hash(text: str) -> bytes:
@@ -40,6 +46,7 @@ class Turn:
     system: bytes
     tools: bytes
     rolling: bytes  # _HASH bytes after each history message, concatenated
+    chunks: bytes = b""  # the names of the prompt's whole chunks (router.holdings.chunk_names)
 
     @property
     def count(self) -> int:
@@ -51,11 +58,17 @@ class Turn:
 
     def record(self) -> bytes:
         """The fixed-size fingerprint the detector keeps."""
-        return _RECORD.pack(self.system, self.tools, self.rolling_at(self.count), self.count)
+        n = len(self.chunks) // _CHUNK
+        return _RECORD.pack(self.system, self.tools, self.rolling_at(self.count), self.count,
+                            self.chunk_at(n), n)  # fmt: skip
+
+    def chunk_at(self, n: int) -> bytes:
+        """The name of the `n`th whole chunk (empty for none)."""
+        return self.chunks[(n - 1) * _CHUNK : n * _CHUNK] if n else b""
 
 
-def fingerprint(zones: Zones) -> Turn:
-    """The fingerprints of one turn."""
+def fingerprint(zones: Zones, chunks: bytes = b"") -> Turn:
+    """The fingerprints of one turn; `chunks` are its prompt's (holdings.chunk_names)."""
     rolling = bytearray()
     h = b""
     for role, text in zones.history:
@@ -63,17 +76,19 @@ def fingerprint(zones: Zones) -> Turn:
             h + role.encode("utf-8", "surrogatepass") + b"\0" + _hash(text), digest_size=_HASH
         ).digest()
         rolling += h
-    return Turn(_hash(zones.system), _hash(zones.tools), bytes(rolling))
+    return Turn(_hash(zones.system), _hash(zones.tools), bytes(rolling), chunks)
 
 
 def compare(before: bytes, now: Turn) -> str | None:
     """The first zone in which `now` does not extend the turn recorded as `before`, or None."""
-    system, tools, last, count = _RECORD.unpack(before)
+    system, tools, last, count, chunk, chunks = _RECORD.unpack(before)
     if system != now.system:
         return "system"
     if tools != now.tools:
         return "tools"
-    if count and (now.count < count or now.rolling_at(count) != last):
+    extended = now.count >= count and now.rolling_at(count) == last
+    grew = now.count == count and chunks and now.chunk_at(chunks) == chunk
+    if count and not extended and not grew:
         return "history"
     return None
 

@@ -414,6 +414,24 @@ async def test_a_turn_whose_system_prompt_changed_goes_where_there_is_least_work
             history += [body["choices"][0]["message"], {"role": "user", "content": "And then?"}]
 
 
+async def test_a_completion_prompt_that_grows_is_no_prefix_break(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    # A client of /v1/completions sends its whole conversation as one prompt that grows: the
+    # cache keeps it, and the break metric must not say otherwise. Rewriting it is a break.
+    router = await start_router(endpoint("ep-a", [await start_sim()]), break_header=True)
+    story = "Once upon a time there was a king. " * 300  # 10,500 characters
+    rewritten = story[:9000] + "queen" + story[9005:]  # the same opening (8,192 characters)
+    found = []
+    async with aiohttp.ClientSession() as session:
+        for prompt in (story, story + " And then?", story + " And then? And?", rewritten):
+            body = {"model": "ep-a", "max_tokens": 1, "prompt": prompt}
+            async with session.post(f"{router}/v1/completions", json=body) as r:
+                assert r.status == 200
+                found.append(r.headers.get("X-Kvpin-Prefix-Break"))
+    assert found == [None, None, None, "history"]
+
+
 async def test_the_static_file_reloads_without_dropping_requests(
     start_sim: StartSim, start_router: StartRouter, tmp_path: pathlib.Path
 ) -> None:

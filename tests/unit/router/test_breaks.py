@@ -1,4 +1,4 @@
-from kvpin.router import breaks, keys
+from kvpin.router import breaks, holdings, keys
 
 
 def zones(system: str = "sys", tools: str = "", *history: str) -> breaks.Turn:
@@ -20,6 +20,27 @@ def test_each_zone_is_named() -> None:
     assert d.observe("c", zones("sys 12:00", "t2", "a")) == "history"  # dropped turns
 
 
+def routed(z: keys.Zones) -> breaks.Turn:
+    """A turn fingerprinted with its prompt's chunk names, as the router does."""
+    return breaks.fingerprint(z, holdings.chunk_names(z))
+
+
+def test_a_last_message_that_grew_is_no_break_but_one_rewritten_is() -> None:
+    story = "Once upon a time there was a king. " * 300  # 10,500 characters: 5 whole chunks
+    d = breaks.BreakDetector()
+    for text, zone in ((story, None), (story + " He had three sons.", None),
+                       (story + " He had three sons. The eldest...", None),
+                       ("Twice" + story[4:], "history")):  # fmt: skip
+        assert d.observe("c", routed(keys.parse_zones({"prompt": text}))) == zone
+    # chat: a last user message extended keeps the cache too; an earlier one rewritten does not
+    chat = (("user", story), ("assistant", "ok"), ("user", story))
+    d.observe("chat", routed(keys.Zones("s", "", chat)))
+    grown = (*chat[:2], ("user", story + " and more"))
+    edited = (("user", "x" + story), *chat[1:])
+    for history, zone in ((grown, None), (edited, "history")):
+        assert d.observe("chat", routed(keys.Zones("s", "", history))) == zone
+
+
 def test_memory_is_bounded() -> None:
     d = breaks.BreakDetector(capacity=3)
     for i in range(10):
@@ -30,7 +51,7 @@ def test_memory_is_bounded() -> None:
 
 def test_the_record_kept_per_conversation_has_one_size_whatever_the_history() -> None:
     short, long = zones("s", "", "a"), zones("s", "", *map(str, range(5000)))
-    assert len(short.record()) == len(long.record()) == 28
+    assert len(short.record()) == len(long.record()) == 40
     d = breaks.BreakDetector()
     d.observe("c", long)
     assert d.observe("c", zones("s", "", *map(str, range(5001)))) is None
