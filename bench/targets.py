@@ -166,7 +166,7 @@ class Oracle(Target):
         home = placement.home_of(held, [c.name for c in candidates], order)
         head = head_tokens if by_conversation else 0
         decision = placement.decide(candidates, home, prompt, self.costs, fresh, head_tokens=head,
-                                    head_changed=broken in ("system", "tools"))  # fmt: skip
+                                    head_changed=broken in breaks.HEAD_ZONES)  # fmt: skip
         return decision.member
 
     def pick(self, endpoint: str) -> str:

@@ -30,6 +30,7 @@ from kvpin.router.holdings import HASH_BYTES as _CHUNK
 from kvpin.router.keys import Zones
 
 ZONES = ("system", "tools", "history")
+HEAD_ZONES = ZONES[:2]  # a change there changes the head, and so the routing key
 _HASH = 8
 # system, tools, last rolling, count, last whole chunk, whole chunks
 _RECORD = struct.Struct(f"<{_HASH}s{_HASH}s{_HASH}sI{_CHUNK}sI")

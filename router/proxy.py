@@ -56,7 +56,7 @@ from kvpin.router import (
     usage,
     warmup,
 )
-from kvpin.router.breaks import BreakDetector
+from kvpin.router.breaks import HEAD_ZONES, BreakDetector
 from kvpin.router.config import ProxySettings
 from kvpin.router.estimates import Estimates
 from kvpin.router.holdings import Holdings
@@ -300,7 +300,7 @@ class Proxy:
             head_tokens=tokens(ep, summary.head_chars) if summary.head_chars else 0,
             first_tokens=tokens(ep, summary.first_chars),
             head_share=self.demand[ep].share(key) if summary.head_chars else 1.0,
-            head_changed=broken in ("system", "tools"),
+            head_changed=broken in HEAD_ZONES,
         )  # fmt: skip
         return await self.forward(
             request, endpoint, path, raw, facts, broken=broken, started=started
