@@ -31,6 +31,30 @@ def markdown(summaries: Sequence[Summary]) -> str:
     return "\n".join(lines)
 
 
+def noise(summaries: Sequence[Summary]) -> str:
+    """For each policy run more than once, the lowest and highest of its figures over the runs:
+    a difference between two policies inside these ranges is not a result."""
+    by_policy: dict[str, list[Summary]] = {}
+    for s in summaries:
+        by_policy.setdefault(s.policy, []).append(s)
+    columns = (("token hit rate", lambda s: s.hit_rate, "{:.1%}"),
+               ("TTFT p99 ms", lambda s: s.ttft_p99_s * 1e3, "{:.1f}"),
+               ("TTFT mean ms", lambda s: s.ttft_mean_s * 1e3, "{:.1f}"),
+               ("makespan s", lambda s: s.makespan_s, "{:.2f}"),
+               ("spread (max/mean)", lambda s: s.spread, "{:.2f}"))  # fmt: skip
+    names = " | ".join(f"{name} (lowest to highest)" for name, _, _ in columns)
+    lines = [f"| policy | runs | {names} |", "|---|---:|" + "---:|" * len(columns)]
+    for policy, runs in by_policy.items():
+        if len(runs) < 2:
+            continue
+        cells = []
+        for _, figure, form in columns:
+            values = [figure(r) for r in runs]
+            cells.append(f"{form.format(min(values))} to {form.format(max(values))}")
+        lines.append(f"| {policy} | {len(runs)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def to_json(summaries: Sequence[Summary]) -> str:
     """The summaries as JSON (NaN as null)."""
     rows = [

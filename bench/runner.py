@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import math
 import pathlib
 import re
@@ -74,6 +75,9 @@ class BenchConfig:
     policies: tuple[str, ...] = DEFAULT_POLICIES
     scenario: str | None = None
     """A lifecycle scenario (bench.scenarios): the pool changes during each policy's run."""
+    rounds: int = 1
+    """Times every policy is run, round after round (policies interleaved, so that the machine's
+    drift falls on all of them): one run of a policy moves by a point or more of hit rate."""
 
 
 TURN_S = 0.3  # a turn's service time, to estimate the agentic workload's live working set
@@ -308,11 +312,12 @@ def _each_policy(
     bound: Callable[[replay.Replay], tuple[int, int]],
     progress: Callable[[str, int, int], None],
 ) -> list[tuple[scoring.Summary, replay.Replay]]:
-    """Drive the same load through every policy in front of the same pools; the summaries
-    and the replays."""
+    """Drive the same load through every policy in front of the same pools, `config.rounds`
+    times; the summaries and the replays, round after round."""
     out = []
+    policies = available_policies(config.policies)
     with _pools(config, endpoints) as pools, tempfile.TemporaryDirectory() as tmp:
-        for policy in available_policies(config.policies):
+        for policy in itertools.chain.from_iterable(itertools.repeat(policies, config.rounds)):
             for url in (u for urls in pools.values() for u in urls):
                 _flush(url)
             before = {u: _requests_served(u) for urls in pools.values() for u in urls}

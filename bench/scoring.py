@@ -83,6 +83,8 @@ class Summary:
     prefill_tokens: int = 0
     """Prompt tokens the pool computed (not found cached): what a GPU bill follows."""
     ttft_p90_s: float = math.nan
+    rounds: int = 1
+    """Runs these figures are the mean of (combine)."""
 
     @property
     def of_bound(self) -> float:
@@ -118,3 +120,30 @@ def summarize(
         prefill_tokens=prompt - sum(r.cached_tokens for r in ok),
         ttft_p90_s=percentile(ttfts, 90),
     )
+
+
+def combine(summaries: Sequence[Summary]) -> list[Summary]:
+    """Each policy's runs (rounds of one benchmark) -> one summary per policy, in the order the
+    policies first ran: every figure the mean of its runs, except requests and errors, which are
+    summed (an error in one round does not hide in a mean)."""
+    by_policy: dict[str, list[Summary]] = {}
+    for s in summaries:
+        by_policy.setdefault(s.policy, []).append(s)
+    return [_mean(runs) if len(runs) > 1 else runs[0] for runs in by_policy.values()]
+
+
+def _mean(runs: Sequence[Summary]) -> Summary:
+    def mean(name: str) -> Any:
+        values = [getattr(r, name) for r in runs]
+        if any(v is None for v in values):
+            return None
+        average = sum(values) / len(values)
+        return round(average) if isinstance(values[0], int) else average
+
+    summed = {"requests", "errors"}
+    figures = {f.name: mean(f.name) for f in dataclasses.fields(Summary)
+               if f.name not in summed | {"policy", "rounds"}}  # fmt: skip
+    return Summary(
+        policy=runs[0].policy, rounds=len(runs), **figures,
+        **{name: sum(getattr(r, name) for r in runs) for name in summed},
+    )  # fmt: skip

@@ -294,6 +294,7 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         "at 2/3, remove one at 5/6; prints figures per phase (policies kvpin-bare: kvpin "
         "without warm-up and kept homes; kvpin-static: kvpin on an unchanging pool)",
     )  # fmt: skip
+    _add_repeat(workload)
     workload.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     workload.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
     _add_logging(workload)
@@ -318,6 +319,7 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     trace.add_argument("--limit", type=int, help="replay at most N requests")
     trace.add_argument("--speed", type=float, default=1.0, help="arrival time divisor")
     _add_workload_flags(trace)
+    _add_repeat(trace)
     trace.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     trace.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
     _add_logging(trace)
@@ -329,6 +331,14 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     router.add_argument("--connections", type=int, default=32, help="concurrent connections")
     _add_logging(router)
     router.set_defaults(run=_run_bench_router)
+
+
+def _add_repeat(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--repeat", type=int, default=1, metavar="N",
+        help="run every policy N times, round after round: the table shows each policy's "
+        "means, a second table its lowest and highest figures (the noise between runs)",
+    )  # fmt: skip
 
 
 def _run_bench_sim(args: argparse.Namespace) -> None:
@@ -421,6 +431,7 @@ def _bench_config(args: argparse.Namespace) -> runner.BenchConfig:
         prefix_chars=args.prefix_chars, load_factor=args.load_factor,
         move_margin=args.move_margin,
         policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
+        rounds=max(1, getattr(args, "repeat", 1)),
     )  # fmt: skip
 
 
@@ -496,12 +507,17 @@ def _run_bench_trace(args: argparse.Namespace) -> None:
 def _report(args: argparse.Namespace, summaries: list[scoring.Summary]) -> None:
     import pathlib
 
-    from kvpin.bench import report
+    from kvpin.bench import report, scoring
 
-    print(report.markdown(summaries))
+    combined = scoring.combine(summaries)
+    if len(combined) < len(summaries):
+        print(f"means of {max(s.rounds for s in combined)} runs per policy (errors: all runs)")
+    print(report.markdown(combined))
+    if len(combined) < len(summaries):
+        print(report.noise(summaries))
     if args.json:
-        pathlib.Path(args.json).write_text(report.to_json(summaries))
-    if args.chart and not report.chart(summaries, pathlib.Path(args.chart)):
+        pathlib.Path(args.json).write_text(report.to_json(combined))
+    if args.chart and not report.chart(combined, pathlib.Path(args.chart)):
         print("no chart: matplotlib is not installed (pip install 'kvpin[charts]')")
 
 

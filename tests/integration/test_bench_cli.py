@@ -54,3 +54,17 @@ def test_the_trace_bench_replays_a_trace_file_open_loop(
     bench("trace", "--trace", str(trace), "--speed", "4", "--pods", "2", "--time-scale", "0.02",
           "--policies", POLICIES, "--json", str(out))  # fmt: skip
     check(json.loads(out.read_text()), requests=len(requests))
+
+
+def test_a_repeated_bench_reports_each_policys_mean_and_range(tmp_path: pathlib.Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    requests = traces.synthetic(conversations=4, turns=2, duration_s=1.0, seed=3)
+    trace.write_text(traces.dumps(requests))
+    out = tmp_path / "t.json"
+    table = bench("trace", "--trace", str(trace), "--speed", "4", "--pods", "2", "--time-scale",
+                  "0.02", "--policies", POLICIES, "--repeat", "2", "--json", str(out))  # fmt: skip
+    rows = json.loads(out.read_text())
+    check(rows, requests=2 * len(requests))  # one row per policy, both runs' requests
+    assert {r["rounds"] for r in rows} == {2}
+    noise = table[table.index("lowest to highest") :]
+    assert all(f"| {policy} | 2 | " in noise for policy in POLICIES.split(","))

@@ -69,3 +69,14 @@ def test_the_request_path_figures_are_measured_and_plausible() -> None:
     assert 0 < per_conversation < 4096  # a fixed size per conversation, not its length
     per_chunk = router_throughput.holdings_bytes(prompts=200)
     assert 0 < per_chunk < 2048
+
+
+def test_the_noise_table_gives_the_range_of_each_policy_run_more_than_once() -> None:
+    runs = [summary("kvpin", hit_rate=0.052), summary("sglang", hit_rate=0.07),
+            summary("kvpin", hit_rate=0.039, ttft_p99_s=0.5),
+            summary("kvpin", hit_rate=0.059)]  # fmt: skip
+    header, rule, *rows = report.noise(runs).splitlines()
+    assert header.count("|") == rule.count("|") == rows[0].count("|")
+    assert len(rows) == 1  # sglang ran once: no range to give
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert cells[:4] == ["kvpin", "3", "3.9% to 5.9%", "250.4 to 500.0"]

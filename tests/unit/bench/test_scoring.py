@@ -49,3 +49,24 @@ def test_summary() -> None:
     assert s.hit_rate == pytest.approx(0.7)
     assert s.of_bound == pytest.approx(0.7 / 0.8)
     assert s.throughput_rps == 1.0
+
+
+def test_runs_of_one_policy_combine_into_means_with_every_error_kept() -> None:
+    def run(policy: str, hit: float, errors: int, breaks: int | None = 4) -> scoring.Summary:
+        records = [scoring.Record("ep", 0.0, hit, 100, round(100 * hit), True)] + [
+            scoring.Record("ep", 0.0, 0.0, 0, 0, False)
+        ] * errors
+        return scoring.summarize(policy, records, bound=(80, 100), makespan_s=10 * hit,
+                                 per_pod={"a": 1}, prefix_breaks=breaks)  # fmt: skip
+
+    a1, b, a2 = run("a", 0.2, 0), run("b", 0.9, 0, None), run("a", 0.4, 3, 7)
+    combined = scoring.combine([a1, b, a2])
+    assert [s.policy for s in combined] == ["a", "b"]  # the order they first ran in
+    a = combined[0]
+    assert (a.rounds, a.requests, a.errors) == (2, 1 + 4, 3)  # summed: no error averages away
+    assert a.hit_rate == pytest.approx(0.3)
+    assert (a.ttft_mean_s, a.makespan_s) == (pytest.approx(0.3), pytest.approx(3.0))
+    assert a.prefix_breaks == 6  # (4 + 7) / 2, rounded: still a count
+    assert a.prefill_tokens == 70  # (80 + 60) / 2
+    assert combined[1] is b  # one run: as it was
+    assert scoring.combine([run("b", 0.9, 0, None), b])[0].prefix_breaks is None  # not measured
