@@ -100,7 +100,8 @@ def split_policy(policy: str) -> tuple[str, dict[str, Any]]:
     """`kvpin-x3@moveMargin=1@loadFactor=3` -> the policy and the router settings it overrides,
     so a setting is compared with the default side by side, in one run on the same pods.
     `@build=DIR` is not a setting: it runs the router of another checkout (its `.venv`), so a
-    change is compared with the code before it in one run."""
+    change is compared with the code before it in one run; nor is `@relay=true`: the replicas
+    of `kvpin-x3` relay each key to the one that owns it (router.replicas)."""
     base, *items = policy.split("@")
     overrides: dict[str, Any] = {}
     for item in items:
@@ -180,9 +181,10 @@ def _target(
     *,
     routing: dict[str, Any],
     command: Sequence[str],
+    relay: bool = False,
 ) -> Iterator[targets.Target]:
     """The target of `policy` in front of `pools` (endpoint -> pod name -> URL); `command`
-    starts a kvpin router."""
+    starts a kvpin router (its replicas relaying to each other with `relay`)."""
     urls = {ep: list(members.values()) for ep, members in pools.items()}
     if policy in targets.BASELINES:
         yield targets.Baseline(policy, urls)
@@ -193,7 +195,7 @@ def _target(
         return
     if policy in KVPIN_POLICIES:
         with _kvpin(
-            policy, pools, tmp / f"{policy}.yaml", routing=routing, command=command
+            policy, pools, tmp / f"{policy}.yaml", routing=routing, command=command, relay=relay
         ) as target:
             yield target
         return
@@ -209,8 +211,10 @@ def _kvpin(
     *,
     routing: dict[str, Any],
     command: Sequence[str],
+    relay: bool = False,
 ) -> Iterator[targets.Target]:
-    """kvpin router replicas on a static file, which `reconfigure` rewrites."""
+    """kvpin router replicas on a static file, which `reconfigure` rewrites; with `relay`,
+    each told of the others (router.replicas)."""
     key = policy.partition("-")[2] if policy in ("kvpin-session", "kvpin-endpoint") else ""
     routing = {
         **routing,
@@ -227,14 +231,14 @@ def _kvpin(
 
     write(pools)
     with contextlib.ExitStack() as stack:
-        routers = []
-        for _ in range(REPLICAS.get(policy, 1)):
-            port = processes.free_port()
-            routers.append(f"http://127.0.0.1:{port}")
+        routers = [f"http://127.0.0.1:{processes.free_port()}"
+                   for _ in range(REPLICAS.get(policy, 1))]  # fmt: skip
+        for router in routers:
+            peers = ["--replica", router, "--replicas", ",".join(routers)] if relay else []
             stack.enter_context(processes.running(
-                [*command, "router", "--config", str(config), "--host",
-                 "127.0.0.1", "--port", str(port), "--log-level", "WARNING"],
-                health_url=f"{routers[-1]}/readyz",
+                [*command, "router", "--config", str(config), "--host", "127.0.0.1",
+                 "--port", router.rsplit(":", 1)[1], "--log-level", "WARNING", *peers],
+                health_url=f"{router}/readyz",
             ))  # fmt: skip
 
         async def reconfigure(endpoint: str, members: Mapping[str, str]) -> None:
@@ -330,6 +334,7 @@ def _each_policy(
 
             base, overrides = split_policy(policy)
             build = overrides.pop("build", None)
+            relay = bool(overrides.pop("relay", False))
             members = {ep: _members(urls, config, base) for ep, urls in pools.items()}
             routing = {"prefixChars": config.prefix_chars, "loadFactor": config.load_factor,
                        "moveMargin": config.move_margin, **overrides}  # fmt: skip
@@ -340,6 +345,7 @@ def _each_policy(
                 pathlib.Path(tmp),
                 routing=routing,
                 command=processes.kvpin_command(build),
+                relay=relay,
             ) as target:
                 result = asyncio.run(driven(base, target, tick))
                 breaks = None

@@ -125,8 +125,42 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
         "--engine-metrics-interval", type=float, default=0.25,
         help="seconds between reads of each member's /metrics (0: never)",
     )  # fmt: skip
+    replicas = parser.add_argument_group(
+        "replicas", "several router replicas: each routing key is decided by one of them, "
+        "which the others relay its requests to",
+    )  # fmt: skip
+    replicas.add_argument(
+        "--replica", metavar="URL", help="this replica's URL as the others reach it"
+    )
+    source = replicas.add_mutually_exclusive_group()
+    source.add_argument("--replicas", metavar="URL,...", help="every replica's URL, this one's too")
+    source.add_argument(
+        "--replicas-dns", metavar="NAME",
+        help="a DNS name listing every replica's address (a headless Service), followed",
+    )  # fmt: skip
     _add_logging(parser)
     parser.set_defaults(run=_run_router)
+
+
+def _replicas(args: argparse.Namespace) -> dict[str, object]:
+    """The replica settings from the flags; exits with what is wrong with them."""
+    import urllib.parse
+
+    listed = tuple(u.strip().rstrip("/") for u in (args.replicas or "").split(",") if u.strip())
+    if not (listed or args.replicas_dns):
+        if args.replica:
+            raise SystemExit("--replica needs --replicas or --replicas-dns")
+        return {}
+    if not args.replica:
+        raise SystemExit("--replicas and --replicas-dns need --replica (this replica's URL)")
+    me = args.replica.rstrip("/")
+    for url in (me, *listed):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path:
+            raise SystemExit(f"replica {url!r}: expected http(s)://host:port")
+    if listed and me not in listed:
+        raise SystemExit(f"--replicas must list this replica's own URL ({me})")
+    return {"replica": me, "replicas": listed, "replicas_dns": args.replicas_dns or ""}
 
 
 def _run_router(args: argparse.Namespace) -> None:
@@ -162,6 +196,7 @@ def _run_router(args: argparse.Namespace) -> None:
         metrics_auth=args.metrics_auth,
         holdings_bytes=args.holdings_bytes,
         engine_metrics_interval=args.engine_metrics_interval,
+        **_replicas(args),
     )
     membership = (
         kubernetes.KubernetesMembership(

@@ -140,6 +140,12 @@ class ProxySettings:
     """Bearer tokens accepted and their tenants; empty: no authentication."""
     metrics_auth: bool = False
     """Ask for a bearer token on /metrics too (it names endpoints and members)."""
+    replica: str = ""
+    """This router replica's own URL as the others reach it (router.replicas); empty: alone."""
+    replicas: tuple[str, ...] = ()
+    """Every replica's URL (this one's too): each key is decided by one of them."""
+    replicas_dns: str = ""
+    """A DNS name listing every replica's address (a headless Service), followed instead."""
 
 
 def parse_routing(raw: Any, where: str) -> RoutingConfig:

@@ -41,6 +41,7 @@ class RouterMetrics:
     membership_errors: Counter  # source: failed reads of the membership
     warmups: Counter  # endpoint, outcome: joining members warmed (router.warmup)
     warmup_requests: Counter  # endpoint, outcome: the requests that warmed them
+    relayed: Counter  # endpoint, outcome: requests sent to the replica owning their key
     _children: dict[tuple[Any, tuple[str, ...]], Any] = dataclasses.field(default_factory=dict)
 
     @property
@@ -119,6 +120,12 @@ def build_metrics() -> RouterMetrics:
         warmup_requests=counter(
             "warmup_requests",
             "Warm-up requests sent to joining members (never counted as user requests).",
+            ["endpoint", "outcome"],
+        ),
+        relayed=counter(
+            "relayed",
+            "Requests sent to the router replica that owns their key (router.replicas): "
+            "relayed, or unreachable (decided here instead).",
             ["endpoint", "outcome"],
         ),
     )

@@ -35,7 +35,7 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import aiohttp
 from aiohttp import web
@@ -64,10 +64,12 @@ from kvpin.router.loads import EngineLoads
 from kvpin.router.membership.base import Endpoint, Membership
 from kvpin.router.metrics import RouterMetrics
 from kvpin.router.outliers import Outliers
+from kvpin.router.replicas import FORWARDED_HEADER, Replicas, follow_dns
 
 log = logging.getLogger(logs.PROXY)
 MEMBER_HEADER = "X-Kvpin-Member"
 BREAK_HEADER = "X-Kvpin-Prefix-Break"
+REPLICA_CONNECT_S = 1.0  # a replica that takes no connection by then is passed over
 NO_MEMBER_RETRY_AFTER = 5.0
 
 
@@ -171,6 +173,8 @@ class Proxy:
             placement.Demand
         )
         self.warmer = warmup.Warmer(metrics, self._warmed)
+        self.replicas = Replicas(settings.replica, settings.replicas)
+        self._follow: asyncio.Task[None] | None = None
         membership.listeners.append(self.forget)
 
     async def start(self) -> None:
@@ -185,8 +189,16 @@ class Proxy:
         self.parser.start()
         self.engines.start(self.session)
         self.warmer.start(self.session)
+        if self.settings.replicas_dns:
+            self._follow = asyncio.get_running_loop().create_task(
+                follow_dns(self.replicas, self.settings.replicas_dns)
+            )
 
     async def close(self) -> None:
+        if self._follow is not None:
+            self._follow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follow
         self.parser.close()
         await self.engines.stop()
         await self.warmer.stop()
@@ -270,6 +282,7 @@ class Proxy:
             raise errors.BadRequestError(str(err)) from None
         endpoint = self.endpoint_of(summary.model)
         ep, routing = endpoint.config.id, endpoint.config.routing
+        received, relayed = raw, FORWARDED_HEADER in request.headers
         salt = summary.cache_salt
         if routing.cache_salt == "tenant":
             if tenant is None:
@@ -283,12 +296,17 @@ class Proxy:
         key = keys.routing_key(
             routing.key, ep, summary.head, session, prefix_chars=routing.prefix_chars, salt=salt
         )
+        if summary.head_chars and summary.messages <= 1 and not relayed:  # a new conversation
+            self.demand[ep].add(key)  # of this head: counted where clients send it, once
+        owner = None if relayed else self.replicas.owner(key, time.monotonic())
+        if owner is not None:
+            answer = await self.to_replica(request, owner, ep, received)
+            if answer is not None:
+                return answer
         self.heads[ep].seen(summary.shared_head, salt)
         broken = self.breaks.observe(f"{ep}/{conversation}", summary.turn)
         if broken:
             self.metrics.of(self.metrics.prefix_breaks, ep, broken).inc()
-        if summary.head_chars and summary.messages <= 1:  # a new conversation of this head
-            self.demand[ep].add(key)
         tokens = self.estimates.tokens
         prompt = max(1, tokens(ep, summary.prompt_chars))
         facts = Facts(
@@ -468,6 +486,41 @@ class Proxy:
             f"no member of `{ep}` answered ({len(tried)} tried)", retry_after=NO_MEMBER_RETRY_AFTER
         )
 
+    async def to_replica(
+        self, request: web.Request, replica: str, ep: str, raw: bytes
+    ) -> web.StreamResponse | None:
+        """Relay the request as it came to the router replica that owns its key, and its
+        answer back (router.replicas); None when that replica could not be reached or failed
+        before answering: the request is then decided here."""
+        assert self.session is not None
+        sent = headers.upstream(request.headers, client=request.remote, scheme=request.scheme,
+                                host=request.host, strip_auth=False)  # fmt: skip
+        sent[FORWARDED_HEADER] = self.replicas.me
+        t, m = self.settings.timeouts, self.metrics
+        try:
+            async with asyncio.timeout(t.first_byte):
+                upstream = await self.session.post(
+                    replica + request.path, data=raw, headers=sent,
+                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=REPLICA_CONNECT_S),
+                )  # fmt: skip
+        except (aiohttp.ClientError, TimeoutError) as err:
+            log.warning("%s: replica %s did not answer (%s); deciding here", ep, replica,
+                        type(err).__name__)  # fmt: skip
+            self.replicas.failed(replica, time.monotonic())
+            m.of(m.relayed, ep, "unreachable").inc()
+            return None
+        m.of(m.relayed, ep, "relayed").inc()
+        try:
+            response = _Response(status=upstream.status, reason=upstream.reason)
+            for name, value in headers.downstream(upstream.headers):
+                response.headers.add(name, value)
+            if upstream.content_length is not None and upstream.headers.get("Content-Length"):
+                response.content_length = upstream.content_length
+            await self._copy(request, response, upstream, ep, source=replica)
+            return response
+        finally:
+            upstream.close()
+
     async def _send(
         self,
         ep: str,
@@ -541,6 +594,38 @@ class Proxy:
         if broken and self.settings.break_header:
             response.headers[BREAK_HEADER] = broken
         reader = usage.UsageReader(event_stream=upstream.content_type == "text/event-stream")
+
+        def seen(chunk: bytes) -> None:
+            if learn.first_token is None:
+                learn.first_token = time.monotonic()
+                learn.prefill.done()
+            reader.feed(chunk)
+
+        if not await self._copy(request, response, upstream, ep, source=member.name, seen=seen):
+            return response
+        m.of(m.requests, ep, member.name, str(upstream.status)).inc()
+        m.of(m.latency, ep, member.name).observe(time.monotonic() - started)
+        seen = reader.result()
+        if seen is not None:
+            m.of(m.prompt_tokens, ep).inc(seen.prompt_tokens)
+            m.of(m.cached_tokens, ep).inc(seen.cached_tokens)
+        if upstream.status < 300:  # an error answer says nothing of a member's speed
+            self._learn(ep, member.name, learn, seen, started)
+        return response
+
+    async def _copy(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        upstream: aiohttp.ClientResponse,
+        ep: str,
+        *,
+        source: str,
+        seen: Callable[[bytes], None] = lambda chunk: None,
+    ) -> bool:
+        """Send `response` and copy `upstream`'s body into it as it arrives (`seen` reads each
+        chunk first); False when it was cut (`source` broke, the client stalled) or the client
+        went away."""
         t = self.settings.timeouts
         chunks = upstream.content.iter_any()
         try:
@@ -552,37 +637,28 @@ class Proxy:
                 except (aiohttp.ClientError, TimeoutError) as err:
                     # Bytes already reached the client: no retry. Cut the connection so the
                     # client sees an incomplete response, not one that looks finished.
-                    log.warning("%s: upstream %s broke mid-response: %s", ep, member.name,
+                    log.warning("%s: upstream %s broke mid-response: %s", ep, source,
                                 type(err).__name__)  # fmt: skip
-                    return self._cut(request, response, ep, "upstream_broken")
+                    self._cut(request, response, ep, "upstream_broken")
+                    return False
                 if chunk is None:
                     break
-                if learn.first_token is None:
-                    learn.first_token = time.monotonic()
-                    learn.prefill.done()
-                reader.feed(chunk)
+                seen(chunk)
                 try:
                     async with asyncio.timeout(t.client_write):
                         await response.write(chunk)
                 except TimeoutError:
                     log.info("%s: the client stopped reading; cutting its response", ep)
-                    return self._cut(request, response, ep, "client_stalled")
+                    self._cut(request, response, ep, "client_stalled")
+                    return False
             await response.write_eof()
         except ConnectionResetError:
-            m.of(m.errors, ep, "client_disconnected").inc()
-            return response
+            self.metrics.of(self.metrics.errors, ep, "client_disconnected").inc()
+            return False
         except asyncio.CancelledError:
-            m.of(m.errors, ep, "client_disconnected").inc()
+            self.metrics.of(self.metrics.errors, ep, "client_disconnected").inc()
             raise
-        m.of(m.requests, ep, member.name, str(upstream.status)).inc()
-        m.of(m.latency, ep, member.name).observe(time.monotonic() - started)
-        seen = reader.result()
-        if seen is not None:
-            m.of(m.prompt_tokens, ep).inc(seen.prompt_tokens)
-            m.of(m.cached_tokens, ep).inc(seen.cached_tokens)
-        if upstream.status < 300:  # an error answer says nothing of a member's speed
-            self._learn(ep, member.name, learn, seen, started)
-        return response
+        return True
 
     def _learn(
         self, ep: str, member: str, learn: Learning, seen: usage.Usage | None, started: float

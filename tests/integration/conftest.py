@@ -73,12 +73,13 @@ async def start_router() -> AsyncIterator[StartRouter]:
     async def start(
         *endpoints: router_config.EndpointConfig,
         membership: Membership | None = None,
+        port: int = 0,
         **settings: Any,
     ) -> str:
         membership = membership or FixedMembership({e.id: e for e in endpoints})
         settings.setdefault("outliers", OutlierSettings(eject_seconds=30.0))
         app = router_app.make_app(membership, router_config.ProxySettings(**settings))
-        runner, url = await serve(app, **router_app.RUNNER_OPTIONS)
+        runner, url = await serve(app, port=port, **router_app.RUNNER_OPTIONS)
         runners.append(runner)
         return url
 

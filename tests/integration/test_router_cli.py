@@ -23,6 +23,33 @@ def router_command(config: pathlib.Path, port: int, *extra: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--replicas", "http://127.0.0.1:1,http://127.0.0.1:2"], "need --replica"),
+        (["--replica", "http://127.0.0.1:1"], "--replica needs --replicas"),
+        (
+            ["--replica", "http://127.0.0.1:3", "--replicas", "http://127.0.0.1:1"],
+            "must list this replica's own URL",
+        ),
+        (
+            ["--replica", "http://127.0.0.1:1", "--replicas", "http://127.0.0.1:1,10.0.0.2:80"],
+            "replica '10.0.0.2:80': expected http(s)://host:port",
+        ),
+    ],
+)
+def test_replica_flags_that_cannot_work_stop_the_router_with_a_clear_error(
+    tmp_path: pathlib.Path, flags: list[str], message: str
+) -> None:
+    config = tmp_path / "router.yaml"
+    config.write_text("endpoints: {}")
+    done = subprocess.run(router_command(config, free_port(), *flags), capture_output=True,
+                          text=True, timeout=30, check=False)  # fmt: skip
+    assert done.returncode != 0
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
     ("content", "message"),
     [
         (None, "No such file"),
