@@ -53,7 +53,7 @@ def test_defaults(render: Render) -> None:
         "ClusterRoleBinding/kvpin-operator-discovery", "ClusterRoleBinding/kvpin-router",
         "Deployment/kvpin-operator", "Deployment/kvpin-router",
         "PodDisruptionBudget/kvpin-router",
-        "Service/kvpin-operator-metrics", "Service/kvpin-router",
+        "Service/kvpin-operator-metrics", "Service/kvpin-router", "Service/kvpin-router-replicas",
         "ServiceAccount/kvpin-operator", "ServiceAccount/kvpin-router",
     ]  # fmt: skip
     operator, router = sorted(by_kind(objects, "Deployment"), key=lambda d: d["metadata"]["name"])
@@ -67,6 +67,18 @@ def test_defaults(render: Render) -> None:
     assert router["spec"]["replicas"] == 2
     assert container["args"][:2] == ["router", "--kubernetes"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # each replica relays a key to its owner, found through a headless Service
+    assert "--replica=http://$(POD_IP):8080" in container["args"]
+    assert "--replicas-dns=kvpin-router-replicas.kvpin-system.svc" in container["args"]
+    assert container["env"][0]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    replicas = next(o for o in objects if o["metadata"]["name"] == "kvpin-router-replicas")
+    assert replicas["spec"]["clusterIP"] == "None"
+    assert replicas["spec"]["selector"] == router["spec"]["selector"]["matchLabels"]
+    alone = render("router.relay=false")
+    assert "Service/kvpin-router-replicas" not in kinds(alone)
+    (container,) = next(d for d in by_kind(alone, "Deployment") if d["metadata"]["name"]
+                        == "kvpin-router")["spec"]["template"]["spec"]["containers"]  # fmt: skip
+    assert not any(a.startswith("--replica") for a in container["args"])
     # it leaves the Service before it stops, then lets streams in flight finish
     assert container["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
     assert router["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 185

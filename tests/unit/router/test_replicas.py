@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 
 from kvpin.router import replicas
+from tests.integration.conftest import eventually
 
 A, B, C = "http://10.0.0.1:8080", "http://10.0.0.2:8080", "http://10.0.0.3:8080"
 KEYS = [f"key-{i}" for i in range(600)]
@@ -41,3 +43,23 @@ def test_the_list_follows_updates_and_always_holds_this_replica() -> None:
     assert {mine.owner(k, 0.0) for k in KEYS} == {None, B, C}
     assert replicas.urls(["10.0.0.9", "fd00::1"], like=A) == {
         "http://10.0.0.9:8080", "http://[fd00::1]:8080"}  # fmt: skip
+
+
+async def test_the_list_follows_dns_and_keeps_the_last_on_a_failed_lookup() -> None:
+    # real lookups of names every resolver answers (localhost) or refuses (.invalid, RFC 6761)
+    mine = replicas.Replicas("http://10.9.9.9:8080")
+    follow = asyncio.create_task(replicas.follow_dns(mine, "localhost", interval=0.01))
+
+    async def resolved() -> bool:
+        return len(mine) >= 2
+
+    try:
+        await eventually("localhost to resolve", resolved, within=10)
+    finally:
+        follow.cancel()
+    found = {mine.owner(k, 0.0) for k in KEYS}
+    assert "http://127.0.0.1:8080" in found and None in found
+    follow = asyncio.create_task(replicas.follow_dns(mine, "nothing.invalid", interval=0.01))
+    await asyncio.sleep(0.2)
+    follow.cancel()
+    assert {mine.owner(k, 0.0) for k in KEYS} == found
