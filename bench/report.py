@@ -16,8 +16,8 @@ def markdown(summaries: Sequence[Summary]) -> str:
     lines = [
         "| policy | token hit rate | infinite-cache bound | of bound | TTFT p50 ms | TTFT p99 ms "
         "| TTFT mean ms | prefill tokens | makespan s | req/s | spread (max/mean) "
-        "| prefix breaks | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| prefix breaks | left home | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in summaries:
         of_bound = "—" if math.isnan(s.of_bound) else f"{s.of_bound:.1%}"
@@ -26,9 +26,13 @@ def markdown(summaries: Sequence[Summary]) -> str:
             f"| {s.ttft_p50_s * 1e3:.1f} | {s.ttft_p99_s * 1e3:.1f} | {s.ttft_mean_s * 1e3:.1f} "
             f"| {s.prefill_tokens:,} | {s.makespan_s:.2f} "
             f"| {s.throughput_rps:.1f} | {s.spread:.2f} "
-            f"| {'—' if s.prefix_breaks is None else s.prefix_breaks} | {s.errors} |"
+            f"| {_count(s.prefix_breaks)} | {_count(s.left_home)} | {s.errors} |"
         )
     return "\n".join(lines)
+
+
+def _count(n: int | None) -> str:
+    return "—" if n is None else str(n)
 
 
 def noise(summaries: Sequence[Summary]) -> str:

@@ -48,6 +48,7 @@ PEER_POLICIES = (
 DEFAULT_POLICIES = ("kvpin", "random", "round-robin", "least-inflight")
 _SUCCESS = re.compile(r"^vllm:request_success_total\{[^}]*\} ([\d.e+]+)$", re.MULTILINE)
 _BREAKS = re.compile(r"^kvpin_router_prefix_breaks_total\{[^}]*\} ([\d.e+]+)$", re.MULTILINE)
+_LEFT_HOME = re.compile(r"^kvpin_router_(?:moves|spills)_total\{[^}]*\} ([\d.e+]+)$", re.MULTILINE)
 _RING_CHANGES = re.compile(r"^kvpin_router_ring_changes_total\{[^}]*\} ([\d.e+]+)$", re.MULTILINE)
 
 
@@ -348,14 +349,15 @@ def _each_policy(
                 relay=relay,
             ) as target:
                 result = asyncio.run(driven(base, target, tick))
-                breaks = None
+                breaks = left = None
                 if base in KVPIN_POLICIES and isinstance(target, targets.Routed):
                     routers = {u for urls in target.urls.values() for u in urls}
                     breaks = sum(_scrape_sum(u, _BREAKS) for u in routers)
+                    left = sum(_scrape_sum(u, _LEFT_HOME) for u in routers)
             per_pod = {u: _requests_served(u) - before[u] for u in before}
             out.append((scoring.summarize(
                 policy, result.records, bound=bound(result), makespan_s=result.makespan_s,
-                per_pod=per_pod, prefix_breaks=breaks,
+                per_pod=per_pod, prefix_breaks=breaks, left_home=left,
             ), result))  # fmt: skip
             time.sleep(0.2)
     return out

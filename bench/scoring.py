@@ -80,6 +80,9 @@ class Summary:
     spread: float
     prefix_breaks: int | None = None
     """Turns the kvpin router saw break their conversation's prefix (None: not measured)."""
+    left_home: int | None = None
+    """Requests the kvpin router sent off their home: moved by the cost rule, or spilled over
+    the loadFactor cap (None: not measured). What placement traded hit rate for."""
     prefill_tokens: int = 0
     """Prompt tokens the pool computed (not found cached): what a GPU bill follows."""
     ttft_p90_s: float = math.nan
@@ -99,6 +102,7 @@ def summarize(
     makespan_s: float,
     per_pod: Mapping[str, int],
     prefix_breaks: int | None = None,
+    left_home: int | None = None,
 ) -> Summary:
     """The figures of one replay."""
     ok = [r for r in records if r.ok]
@@ -117,6 +121,7 @@ def summarize(
         throughput_rps=len(ok) / makespan_s if makespan_s else math.nan,
         spread=spread(per_pod),
         prefix_breaks=prefix_breaks,
+        left_home=left_home,
         prefill_tokens=prompt - sum(r.cached_tokens for r in ok),
         ttft_p90_s=percentile(ttfts, 90),
     )

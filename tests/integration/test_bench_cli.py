@@ -30,6 +30,9 @@ def check(rows: list[dict], requests: int) -> None:
         assert (r["requests"], r["errors"]) == (requests, 0), r["policy"]
         assert 0 < r["hit_rate"] <= r["bound"] + 1e-9, r["policy"]
         assert r["prefill_tokens"] > 0
+        measured = r["policy"] == "kvpin"  # read off the kvpin router's metrics
+        assert (r["left_home"] is not None) == measured, r["policy"]
+        assert (r["prefix_breaks"] is not None) == measured, r["policy"]
 
 
 def test_the_workload_bench_replays_the_same_turns_through_every_policy(

@@ -18,14 +18,17 @@ def summary(policy: str, **fields: object) -> Summary:
 
 
 def test_the_policy_table_has_one_row_per_policy_with_every_figure() -> None:
-    table = report.markdown([summary("kvpin", prefix_breaks=3), summary("random", bound=0.0)])
+    table = report.markdown(
+        [summary("kvpin", prefix_breaks=3, left_home=7), summary("random", bound=0.0)]
+    )
     header, rule, kvpin, random = table.splitlines()
     assert header.count("|") == rule.count("|") == kvpin.count("|") == random.count("|")
     cells = [c.strip() for c in kvpin.strip("|").split("|")]
     assert cells == ["kvpin", "50.0%", "80.0%", "62.5%", "12.0", "250.4", "30.0", "123,456",
-                     "12.35", "8.1", "1.25", "3", "0"]  # fmt: skip
+                     "12.35", "8.1", "1.25", "3", "7", "0"]  # fmt: skip
     assert "| random | 50.0% | 0.0% | — |" in random  # no bound: no share of it
-    assert random.split("|")[-3].strip() == "—"  # prefix breaks not measured
+    assert random.split("|")[-4].strip() == "—"  # prefix breaks not measured
+    assert random.split("|")[-3].strip() == "—"  # nor requests that left their home
 
 
 def test_json_rows_carry_the_share_of_the_bound_and_no_nan() -> None:
