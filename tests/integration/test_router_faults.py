@@ -16,8 +16,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from kvpin.router import app as router_app
 from kvpin.router import auth, bodies
-from kvpin.router.config import ParseSettings, Timeouts
+from kvpin.router.config import ParseSettings, ProxySettings, Timeouts
 from kvpin.router.membership.base import FixedMembership
 from kvpin.router.membership.static import StaticMembership
 from kvpin.router.outliers import OutlierSettings
@@ -114,22 +115,28 @@ async def test_only_the_matched_route_reaches_the_member(
 
 
 async def test_a_client_that_gives_up_before_the_first_byte_leaves_no_load(
-    start_sim: StartSim, start_router: StartRouter
+    start_sim: StartSim,
 ) -> None:
     slow = replace_timing(prefill_tokens_per_s=400, time_scale=1.0)  # ~0.5 s per request
     urls = [await start_sim(timing=slow), await start_sim(timing=slow)]
     # local accounting only: the engines' own metrics would (rightly) show abandoned work
-    router = await start_router(endpoint("ep-a", urls, key="endpoint"), engine_metrics_interval=0)
-    async with aiohttp.ClientSession() as session:
-        messages = [{"role": "user", "content": "a question " * 100}]
-        home, _ = await chat(session, router, messages)
-        for i in range(3):  # new prompts: nothing cached, each takes ~0.5 s
-            with pytest.raises(TimeoutError):
-                async with asyncio.timeout(0.1):
-                    await chat(session, router, [{"role": "user", "content": f"{i} " * 200}])
-        assert await settled(session, router) == 0
-        # with no phantom load left behind, the endpoint's key still goes home
-        assert (await chat(session, router, messages))[0] == home
+    membership = FixedMembership({"ep-a": endpoint("ep-a", urls, key="endpoint")})
+    app = router_app.make_app(membership, ProxySettings(engine_metrics_interval=0))
+    runner, router = await serve(app, **router_app.RUNNER_OPTIONS)
+    try:
+        async with aiohttp.ClientSession() as session:
+            await chat(session, router, [{"role": "user", "content": "a question " * 100}])
+            for i in range(3):  # new prompts: nothing cached, each takes ~0.5 s
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.1):
+                        await chat(session, router, [{"role": "user", "content": f"{i} " * 200}])
+            assert await settled(session, router) == 0
+        # nor prefill the router still counts as queued on a member (it would push placement
+        # off that member for good)
+        estimates = app[router_app.PROXY].estimates
+        assert sum(estimates.pending.values()) == 0 and sum(estimates.waiting.values()) == 0
+    finally:
+        await runner.cleanup()
 
 
 async def test_the_break_detector_keeps_a_fixed_size_per_conversation() -> None:
