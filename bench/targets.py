@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from kvpin import api
-from kvpin.router import bodies, breaks, estimates, inflow, keys, placement, ring
+from kvpin.router import bodies, breaks, estimates, keys, placement, ring
 
 BASELINES = ("random", "round-robin", "least-inflight")
 
@@ -122,7 +122,6 @@ class Oracle(Target):
             placement.Demand
         )
         self.breaks = breaks.BreakDetector()
-        self.inflow = inflow.Inflow()
         self._session: aiohttp.ClientSession | None = None
 
     async def _ask(self, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -140,12 +139,10 @@ class Oracle(Target):
         seen = await asyncio.gather(*(self._ask(m.name, body) for m in walk))
         if not all("cached_tokens" in answer for answer in seen):
             return walk[0].name  # the engines refuse it (too long, say): they will say so again
-        self.inflow.resize(endpoint, sum(s["cache_tokens"] for s in seen))
         candidates = [
             placement.Candidate(m.name, s["queued_prefill_tokens"]
                                 + estimates.DECODE_TOKENS * s["running"],
-                                s["cached_tokens"], self.costs.prefill_tokens_per_s,
-                                self.inflow.of(endpoint, m.name))
+                                s["cached_tokens"], self.costs.prefill_tokens_per_s)
             for m, s in zip(walk, seen, strict=True)
         ]  # fmt: skip
         prompt = seen[0]["prompt_tokens"]
@@ -170,8 +167,6 @@ class Oracle(Target):
         head = head_tokens if by_conversation else 0
         decision = placement.decide(candidates, home, prompt, self.costs, fresh, head_tokens=head,
                                     head_changed=broken in breaks.HEAD_ZONES)  # fmt: skip
-        chosen = next(c for c in candidates if c.name == decision.member)
-        self.inflow.add(endpoint, chosen.name, max(0, prompt - chosen.cached_tokens))
         return decision.member
 
     def pick(self, endpoint: str) -> str:

@@ -74,7 +74,6 @@ class Candidate:
     queued_tokens: float  # prefill work ahead of this request there, in tokens
     cached_tokens: int  # tokens of this request it probably holds
     rate: float  # its prefill tokens per second
-    inflow: float = 0.0  # tokens its cache took in lately (router.inflow)
 
     def ttft(self, prompt_tokens: int) -> float:
         """Estimated seconds to the first token of a request of `prompt_tokens` there."""
@@ -172,7 +171,7 @@ def decide(
         # replicas that see the same loads must agree (min keeps the first of equals)
         first = min(
             order if head_changed else order[:2],
-            key=lambda c: c.queued_tokens + c.inflow - max(0, c.cached_tokens - head_tokens),
+            key=lambda c: c.queued_tokens - max(0, c.cached_tokens - head_tokens),
         )
         return Decision(first.name, moved=False, fresh=True)
     stay = next((c for c in walk if c.name == home), walk[0])

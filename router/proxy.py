@@ -60,7 +60,6 @@ from kvpin.router.breaks import HEAD_ZONES, BreakDetector
 from kvpin.router.config import ProxySettings
 from kvpin.router.estimates import Estimates
 from kvpin.router.holdings import Holdings
-from kvpin.router.inflow import DEFAULT_HORIZON_TOKENS, Inflow
 from kvpin.router.loads import EngineLoads
 from kvpin.router.membership.base import Endpoint, Membership
 from kvpin.router.metrics import RouterMetrics
@@ -162,7 +161,6 @@ class Proxy:
         self.outliers = Outliers(settings.outliers)
         self.holdings: dict[str, Holdings] = {}  # per endpoint
         self.estimates = Estimates()
-        self.inflow = Inflow()
         self.engines = EngineLoads(
             self._member_urls, self._mine_at, interval=settings.engine_metrics_interval
         )
@@ -352,13 +350,10 @@ class Proxy:
         )
         engines = {m.name: self.engines.get(m.url, now) for m in walk}
         table = self._holdings(ep)
-        horizon = DEFAULT_HORIZON_TOKENS * (len(endpoint.ring) - len(engines))  # off the walk
         for name, engine in engines.items():
             size = routing.cache_tokens or (engine.capacity if engine is not None else None)
             if size:
                 table.resize(name, self.estimates.chars(ep, size) / holdings.CHUNK_CHARS)
-            horizon += size or DEFAULT_HORIZON_TOKENS
-        self.inflow.resize(ep, horizon)
         held = table.held(facts.scope, facts.chunks)
 
         by_conversation, spread = placement.new_conversations(
@@ -388,7 +383,6 @@ class Proxy:
                 self.estimates.queued(ep, m.name, loads.get(m.name, 0), engines[m.name]),
                 cached.get(m.name, 0),
                 self.estimates.rate(ep, m.name, routing.prefill_tokens_per_s),
-                self.inflow.of(ep, m.name),
             )
             for m in capped
         ]
@@ -441,7 +435,6 @@ class Proxy:
             member = placed.member
             tried.add(member.name)
             self._count(ep, attempt, placed)
-            self.inflow.add(ep, member.name, placed.uncached)
             with (
                 self._in_flight(ep, member.name),
                 Prefill(self.estimates, ep, member.name, placed.uncached) as prefill,
@@ -769,7 +762,6 @@ class Proxy:
         elif ep in self.holdings:
             self.holdings[ep].forget(cold)
         self.estimates.forget(ep, cold)
-        self.inflow.forget(ep, cold)
         for member in idle:
             self.loads.get(ep, {}).pop(member, None)
         if after is None and not self.loads.get(ep):

@@ -19,18 +19,6 @@ def test_a_request_with_nothing_cached_takes_the_less_loaded_of_the_first_two() 
     assert placement.decide(even, None, 4000, S).member == "a"  # ties: walk order
 
 
-def test_a_new_conversation_avoids_the_member_whose_cache_took_in_most_lately() -> None:
-    # equal queues: the member churned hardest would evict its conversations soonest
-    walk = [Candidate("a", 1000, 0, 10_000, inflow=9000), Candidate("b", 1000, 0, 10_000, 500)]
-    assert placement.decide(walk, None, 4000, S).member == "b"
-    # queued work and churn are both tokens, weighed alike: a queue 9,000 tokens longer wins
-    busy = [Candidate("a", 0, 0, 10_000, inflow=9000), Candidate("b", 9500, 0, 10_000, 0)]
-    assert placement.decide(busy, None, 4000, S).member == "a"
-    # a conversation at home is not moved for churn: only new ones are placed by it
-    home = [Candidate("a", 0, 3000, 10_000, inflow=10**6), Candidate("b", 0, 0, 10_000)]
-    assert placement.decide(home, "a", 4000, S).member == "a"
-
-
 def test_a_turn_whose_head_changed_takes_the_least_loaded_of_all() -> None:
     # a careless client's timestamp in its system prompt: nothing held, a new key every turn
     walk = [c("a", queued=5000), c("b", queued=1000), c("c", queued=0)]
