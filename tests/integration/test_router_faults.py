@@ -125,12 +125,15 @@ async def test_a_client_that_gives_up_before_the_first_byte_leaves_no_load(
     runner, router = await serve(app, **router_app.RUNNER_OPTIONS)
     try:
         async with aiohttp.ClientSession() as session:
-            await chat(session, router, [{"role": "user", "content": "a question " * 100}])
+            messages = [{"role": "user", "content": "a question " * 100}]
+            home, _ = await chat(session, router, messages)
             for i in range(3):  # new prompts: nothing cached, each takes ~0.5 s
                 with pytest.raises(TimeoutError):
                     async with asyncio.timeout(0.1):
                         await chat(session, router, [{"role": "user", "content": f"{i} " * 200}])
             assert await settled(session, router) == 0
+            # with no phantom load left behind, the endpoint's key still goes home
+            assert (await chat(session, router, messages))[0] == home
         # nor prefill the router still counts as queued on a member (it would push placement
         # off that member for good)
         estimates = app[router_app.PROXY].estimates
