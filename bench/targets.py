@@ -15,14 +15,13 @@ import asyncio
 import collections
 import itertools
 import random
-import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
 
 from kvpin import api
-from kvpin.router import bodies, breaks, churn, estimates, keys, placement, proxy, ring
+from kvpin.router import bodies, breaks, estimates, keys, placement, ring
 
 BASELINES = ("random", "round-robin", "least-inflight")
 
@@ -123,7 +122,6 @@ class Oracle(Target):
             placement.Demand
         )
         self.breaks = breaks.BreakDetector()
-        self.churn = churn.Churn()
         self._session: aiohttp.ClientSession | None = None
 
     async def _ask(self, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -141,16 +139,10 @@ class Oracle(Target):
         seen = await asyncio.gather(*(self._ask(m.name, body) for m in walk))
         if not all("cached_tokens" in answer for answer in seen):
             return walk[0].name  # the engines refuse it (too long, say): they will say so again
-        # read just now: everything sent before has reached the engines (queued, if not yet
-        # counted), so the oracle adds nothing of its own
-        now = time.monotonic()
-        computed = {m.name: (s["computed_tokens"], now) for m, s in zip(walk, seen, strict=True)}
-        self.churn.observe(endpoint, computed, horizon=sum(s["cache_tokens"] for s in seen))
         candidates = [
             placement.Candidate(m.name, s["queued_prefill_tokens"]
                                 + estimates.DECODE_TOKENS * s["running"],
-                                s["cached_tokens"], self.costs.prefill_tokens_per_s,
-                                self.churn.of(endpoint, m.name))
+                                s["cached_tokens"], self.costs.prefill_tokens_per_s)
             for m, s in zip(walk, seen, strict=True)
         ]  # fmt: skip
         prompt = seen[0]["prompt_tokens"]
@@ -174,8 +166,7 @@ class Oracle(Target):
         home = placement.home_of(held, [c.name for c in candidates], order)
         head = head_tokens if by_conversation else 0
         decision = placement.decide(candidates, home, prompt, self.costs, fresh, head_tokens=head,
-                                    head_changed=broken in breaks.HEAD_ZONES,
-                                    opening=proxy.opening(summary))  # fmt: skip
+                                    head_changed=broken in breaks.HEAD_ZONES)  # fmt: skip
         return decision.member
 
     def pick(self, endpoint: str) -> str:

@@ -12,10 +12,6 @@ request that the member does not hold, over the member's prefill rate. Then:
   group's preamble) would pile every conversation sharing it onto the members holding that
   head, whose caches then evict each other's histories, while two choices per conversation
   keep cache occupancy and load even and the choice mostly a function of the conversation.
-  A conversation's first turn also counts, as work, what each member's cache took in lately
-  (router.churn): placed by queued work alone, new conversations go to the members whose
-  requests found their cache (their queues drain fastest), which then evict their own
-  conversations first.
   A later turn whose system prompt or tools changed since the turn before (a client writing
   the time into its system prompt, say) has no walk worth keeping: its key changed with its
   head, and a client that changed it once will likely change it again, so two choices would
@@ -78,7 +74,6 @@ class Candidate:
     queued_tokens: float  # prefill work ahead of this request there, in tokens
     cached_tokens: int  # tokens of this request it probably holds
     rate: float  # its prefill tokens per second
-    churn: float | None = None  # tokens its cache took in lately (router.churn), if read
 
     def ttft(self, prompt_tokens: int) -> float:
         """Estimated seconds to the first token of a request of `prompt_tokens` there."""
@@ -154,7 +149,6 @@ def decide(
     *,
     head_tokens: int = 0,
     head_changed: bool = False,
-    opening: bool = False,
 ) -> Decision:
     """The member for a request; `walk` in the key's ring order, never empty.
 
@@ -164,11 +158,6 @@ def decide(
     system prompt or tools since its conversation's previous turn). `head_tokens` is the size
     of its system prompt and tools: a request holding no more is new, and a member holding
     them has no less work for it (the head will be copied to wherever its conversations go).
-    A conversation's first turn (`opening`) also weighs what each member's cache took in
-    lately (Candidate.churn), where every member compared has it: all its content is new, and
-    will be written over the conversations of the member it goes to. Later turns placed as new
-    do not: the churn their own earlier turns caused would push them off the member that holds
-    those turns, and a turn whose head changed is after the least work, nothing else.
     """
     held = max(c.cached_tokens for c in walk)
     fresh = held <= settings.fresh_below * prompt_tokens or bool(
@@ -180,17 +169,10 @@ def decide(
         order += [c for c in walk if c not in order]  # members off that order: in walk order
         # work in tokens, not time: measured rates differ from replica to replica, and
         # replicas that see the same loads must agree (min keeps the first of equals)
-        compared = order if head_changed else order[:2]
-        churned = opening and all(c.churn is not None for c in compared)
-
-        def work(c: Candidate) -> float:  # queued and churned, less what it holds of this
-            return (
-                c.queued_tokens
-                + (c.churn or 0.0 if churned else 0.0)
-                - max(0, c.cached_tokens - head_tokens)
-            )
-
-        first = min(compared, key=work)
+        first = min(
+            order if head_changed else order[:2],
+            key=lambda c: c.queued_tokens - max(0, c.cached_tokens - head_tokens),
+        )
         return Decision(first.name, moved=False, fresh=True)
     stay = next((c for c in walk if c.name == home), walk[0])
     best = min(walk, key=lambda c: c.ttft(prompt_tokens))

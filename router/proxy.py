@@ -57,7 +57,6 @@ from kvpin.router import (
     warmup,
 )
 from kvpin.router.breaks import HEAD_ZONES, BreakDetector
-from kvpin.router.churn import Churn
 from kvpin.router.config import ProxySettings
 from kvpin.router.estimates import Estimates
 from kvpin.router.holdings import Holdings
@@ -72,7 +71,6 @@ MEMBER_HEADER = "X-Kvpin-Member"
 BREAK_HEADER = "X-Kvpin-Prefix-Break"
 REPLICA_CONNECT_S = 1.0  # a replica that takes no connection by then is passed over
 NO_MEMBER_RETRY_AFTER = 5.0
-DEFAULT_CACHE_TOKENS = float(2**20)  # a member's, until an engine or the config says
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +88,6 @@ class Facts:
     first_tokens: int = 0  # of its first turn's prompt (the first message after the head)
     head_share: float = 1.0  # of the endpoint's new conversations opening with its head
     head_changed: bool = False  # its system prompt or tools since its previous turn
-    opening: bool = False  # a conversation's first turn, placed by churn too (opening())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,14 +146,6 @@ class _Response(web.StreamResponse):
     _send_headers_immediately = False
 
 
-def opening(summary: bodies.Summary) -> bool:
-    """Whether a request is a conversation's first turn, to place weighing churn: no earlier
-    turn in it, and at least one index chunk long. Its later turns find it where it went only
-    through the index (router.holdings), which cannot see a prompt shorter than a chunk; they
-    would look for it on the first member of its walk, where churn may not have sent it."""
-    return summary.messages <= 1 and summary.prompt_chars >= holdings.CHUNK_CHARS
-
-
 class Proxy:
     """The router's request path and the little state it keeps."""
 
@@ -172,7 +161,6 @@ class Proxy:
         self.outliers = Outliers(settings.outliers)
         self.holdings: dict[str, Holdings] = {}  # per endpoint
         self.estimates = Estimates()
-        self.churn = Churn()
         self.engines = EngineLoads(
             self._member_urls, self._mine_at, interval=settings.engine_metrics_interval
         )
@@ -330,7 +318,7 @@ class Proxy:
             head_tokens=tokens(ep, summary.head_chars) if summary.head_chars else 0,
             first_tokens=tokens(ep, summary.first_chars),
             head_share=self.demand[ep].share(key) if summary.head_chars else 1.0,
-            head_changed=broken in HEAD_ZONES, opening=opening(summary),
+            head_changed=broken in HEAD_ZONES,
         )  # fmt: skip
         return await self.forward(
             request, endpoint, path, raw, facts, broken=broken, started=started
@@ -362,17 +350,10 @@ class Proxy:
         )
         engines = {m.name: self.engines.get(m.url, now) for m in walk}
         table = self._holdings(ep)
-        sizes = []
         for name, engine in engines.items():
             size = routing.cache_tokens or (engine.capacity if engine is not None else None)
             if size:
                 table.resize(name, self.estimates.chars(ep, size) / holdings.CHUNK_CHARS)
-                sizes.append(size)
-        computed = {
-            n: (e.computed, e.at) for n, e in engines.items() if e and e.computed is not None
-        }
-        size = sum(sizes) / len(sizes) if sizes else DEFAULT_CACHE_TOKENS
-        self.churn.observe(ep, computed, horizon=size * len(endpoint.ring))
         held = table.held(facts.scope, facts.chunks)
 
         by_conversation, spread = placement.new_conversations(
@@ -402,7 +383,6 @@ class Proxy:
                 self.estimates.queued(ep, m.name, loads.get(m.name, 0), engines[m.name]),
                 cached.get(m.name, 0),
                 self.estimates.rate(ep, m.name, routing.prefill_tokens_per_s),
-                self.churn.of(ep, m.name) if engines[m.name] else None,  # read lately
             )
             for m in capped
         ]
@@ -410,7 +390,7 @@ class Proxy:
             candidates, home, facts.prompt_tokens, routing.costs(),
             conversation() if routing.fresh_below else (),
             head_tokens=facts.head_tokens if by_conversation else 0,
-            head_changed=facts.head_changed, opening=facts.opening,
+            head_changed=facts.head_changed,
         )  # fmt: skip
         chosen = next(c for c in candidates if c.name == decision.member)
         return Placed(
@@ -455,7 +435,6 @@ class Proxy:
             member = placed.member
             tried.add(member.name)
             self._count(ep, attempt, placed)
-            self.churn.sent(ep, member.name, placed.uncached, time.monotonic())
             with (
                 self._in_flight(ep, member.name),
                 Prefill(self.estimates, ep, member.name, placed.uncached) as prefill,
@@ -783,7 +762,6 @@ class Proxy:
         elif ep in self.holdings:
             self.holdings[ep].forget(cold)
         self.estimates.forget(ep, cold)
-        self.churn.forget(ep, cold)
         for member in idle:
             self.loads.get(ep, {}).pop(member, None)
         if after is None and not self.loads.get(ep):

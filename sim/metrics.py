@@ -21,19 +21,12 @@ class SimMetrics:
     per request)."""
 
     registry: CollectorRegistry
-    model: str
     queries: Counter
     hits: Counter
     ttft: Histogram
     prompt_tokens: Counter
     generation_tokens: Counter
     finished: Counter
-
-    def computed(self) -> float:
-        """Prompt tokens computed so far (looked up in the cache and not found there)."""
-        sample = self.registry.get_sample_value
-        queries = sample("vllm:prefix_cache_queries_total", {"model_name": self.model}) or 0.0
-        return queries - (sample("vllm:prefix_cache_hits_total", {"model_name": self.model}) or 0.0)
 
 
 def build_metrics(
@@ -64,7 +57,6 @@ def build_metrics(
 
     return SimMetrics(
         registry=registry,
-        model=model,
         queries=counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the cache."),
         hits=counter("vllm:prefix_cache_hits", "Prompt tokens found in the cache."),
         ttft=Histogram(

@@ -247,8 +247,6 @@ async def debug_cached_tokens(request: web.Request) -> web.Response:
         "cached_tokens": sim.cache.match(hashes, len(parsed.prompt)) * config.block_size,
         "queued_prefill_tokens": sim.engine.queued_prefill_tokens,
         "running": sim.engine.num_running,
-        "computed_tokens": sim.metrics.computed(),
-        "cache_tokens": sim.cache.capacity * config.block_size,
     })  # fmt: skip
 
 

@@ -414,27 +414,6 @@ async def test_a_turn_whose_system_prompt_changed_goes_where_there_is_least_work
             history += [body["choices"][0]["message"], {"role": "user", "content": "And then?"}]
 
 
-async def test_new_conversations_go_where_the_cache_took_in_least_lately(
-    start_sim: StartSim, start_router: StartRouter
-) -> None:
-    # One after another, nothing queued anywhere: by queued work alone every new conversation
-    # would go to the first member of its own walk, wherever that piles them (3 and 9 here).
-    # Each is written into the cache it lands in, which its engine counts; the next goes to
-    # the member whose cache took in less lately: equal conversations alternate.
-    router = await start_router(
-        endpoint("ep-a", await pool(start_sim, 2)), engine_metrics_interval=0.02
-    )
-    served: collections.Counter[str] = collections.Counter()
-    async with aiohttp.ClientSession() as session:
-        await asyncio.sleep(0.1)  # the engines are read: their counts start from there
-        for i in range(12):
-            opening = f"Case {i:02d}. " + "The customer wrote again about the same order. " * 60
-            member, _ = await chat(session, router, [{"role": "user", "content": opening}])
-            served[member] += 1
-            await asyncio.sleep(0.15)  # read again after its engine counted it
-    assert sorted(served.values()) == [6, 6], served
-
-
 async def test_a_completion_prompt_that_grows_is_no_prefix_break(
     start_sim: StartSim, start_router: StartRouter
 ) -> None:

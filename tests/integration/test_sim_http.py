@@ -260,6 +260,3 @@ async def test_the_debug_route_tells_what_the_cache_holds_and_is_off_by_default(
     assert before["cached_tokens"] == 0 and before["prompt_tokens"] == served
     assert served - 16 <= after["cached_tokens"] < served  # whole blocks; the last token never
     assert after["queued_prefill_tokens"] == 0
-    # what it computed (the oracle's churn): all of the first prompt, and only that
-    assert (before["computed_tokens"], after["computed_tokens"]) == (0, served)
-    assert before["cache_tokens"] == after["cache_tokens"] > 0  # its size in tokens

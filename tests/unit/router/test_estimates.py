@@ -54,26 +54,6 @@ def test_engine_metrics_are_read_from_vllm_and_sglang_names() -> None:
     assert parse("other_metric 1\n", 0) is None
 
 
-def test_the_prompt_tokens_an_engine_computed_are_read_from_vllm_and_sglang_counters() -> None:
-    vllm = (
-        'vllm:num_requests_running{model_name="m"} 1\n'
-        'vllm:prefix_cache_queries_total{model_name="m"} 9000.0\n'
-        'vllm:prefix_cache_hits_total{model_name="m"} 6500.0\n'
-        'vllm:prefix_cache_queries_created{model_name="m"} 1.7e9\n'  # a timestamp, not tokens
-    )
-    assert parse(vllm, 0).computed == 2500
-    sglang = (
-        "sglang:num_running_reqs 1\nsglang:prompt_tokens_total 800\n"
-        'sglang:cached_tokens_total{cache_source="device"} 300\n'
-        'sglang:cached_tokens_total{cache_source="host"} 100\n'
-    )
-    assert parse(sglang, 0).computed == 400  # every cache source summed
-    no_hits = "vllm:num_requests_running 1\nvllm:prefix_cache_queries_total 70\n"
-    assert parse(no_hits, 0).computed == 70  # no hit counted yet
-    uncounted = parse("vllm:num_requests_running 1\n", 0)
-    assert uncounted.computed is None  # an engine that does not count them: unknown, not zero
-
-
 def test_averages_move_a_fifth_of_the_way_to_each_new_observation() -> None:
     assert estimates._average(None, 10.0) == 10.0
     assert estimates._average(10.0, 20.0) == 12.0

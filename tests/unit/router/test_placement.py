@@ -292,25 +292,3 @@ def test_a_new_conversation_reads_only_the_first_two_members_of_its_walk() -> No
     walk = [c("a"), c("b"), c("c")]
     assert placement.decide(walk, None, 4000, fresh, reading("cxba", read)).member == "c"
     assert read == ["c", "x", "b"]  # x is not a candidate (tried, ejected): passed over
-
-
-def test_a_first_turn_weighs_what_each_members_cache_took_in_lately() -> None:
-    fresh = placement.CostSettings(fresh_below=0.3)
-
-    def churned(name: str, queued: float, churn: float | None) -> Candidate:
-        return Candidate(name, queued, 0, 10_000, churn)
-
-    walk = [churned("a", 1000, 30_000), churned("b", 2000, 10_000), churned("c", 0, 0)]
-    # queued work alone would take a; a took in 20,000 tokens more lately than b
-    assert placement.decide(walk, None, 4000, fresh, opening=True).member == "b"
-    assert placement.decide(walk, None, 4000, fresh).member == "a"  # a later turn: queues only
-    # the head changed: the least work of all, whatever the churn
-    assert placement.decide(walk, None, 4000, fresh, head_changed=True, opening=True).member == "c"
-    # a member whose engine was never read: churn is weighed for none of the two
-    unknown = [churned("a", 1000, 30_000), churned("b", 2000, None)]
-    assert placement.decide(unknown, None, 4000, fresh, opening=True).member == "a"
-    # what a member holds of it beyond the head still counts as less work
-    holding = [Candidate("a", 1000, 1500, 10_000, 12_000), churned("b", 2000, 10_000)]
-    assert placement.decide(holding, None, 4000, fresh, opening=True).member == "a"
-    even = [churned("a", 0, 5000), churned("b", 0, 5000)]
-    assert placement.decide(even, None, 4000, fresh, opening=True).member == "a"  # walk order
