@@ -69,7 +69,7 @@ class EndpointRing:
                     return
 
 
-MIN_BOUND = 2
+MIN_BOUND = 4  # requests in flight on one member that are never skew
 
 
 def within_bound(
@@ -78,9 +78,13 @@ def within_bound(
     """The members of `walk` whose in-flight load is within the bound, in walk order; the least
     loaded alone if none is (when excluded members hold the load, say).
 
-    The bound is never below MIN_BOUND: two requests in flight on one member are no skew (an
-    engine batches dozens), and a tighter bound at low load would send a conversation's
-    overlapping turns away from the member holding its prefix.
+    The bound is never below MIN_BOUND: a few requests in flight on one member are no skew (an
+    engine batches dozens, and the cost rule, router.placement, weighs the prefill they queue),
+    and a tighter bound at low load sends a conversation's turns away from the member holding
+    its prefix whenever a burst lands a few requests on it. At 2, a member with three of the
+    pool's five requests in flight passed a fourth over: on the bursty trace that cost
+    1.5 points of hit rate and a higher TTFT, and on `long` hit rate and makespan
+    (docs/benchmarks.md, session 12).
     """
     bound = max(MIN_BOUND, math.ceil(load_factor * (sum(loads.values()) + 1) / max(size, 1)))
     kept = [m for m in walk if loads.get(m.name, 0) + 1 <= bound]

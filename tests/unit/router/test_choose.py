@@ -60,7 +60,7 @@ async def test_a_busy_ring_owner_is_no_spill_for_a_conversation_at_home_elsewher
     order = walk(endpoint, "conv-2")
     home = order[1]
     proxy._holdings("ep").record(SCOPE, chunks("conv-2", 10), home)
-    proxy.loads["ep"][order[0]] = 6  # bound max(2, ceil(7 / 3)) = 3: the owner is over it
+    proxy.loads["ep"][order[0]] = 6  # bound max(4, ceil(7 / 3)) = 4: the owner is over it
     placed = proxy.choose(endpoint, facts("conv-2", 10), set())
     assert placed.member.name == home
     assert not placed.spilled  # the owner was over the cap, but nothing was kept off its home
@@ -115,14 +115,14 @@ async def test_replicas_with_the_same_state_make_the_same_choice() -> None:
 
 
 async def test_the_bound_counts_every_member_of_the_ring_also_when_some_are_tried() -> None:
-    # bound = max(2, ceil(1.0 x (6 + 1) / 3)) = 3 over the whole ring (3 members), so the home
-    # (3 in flight) is over it even though one member is excluded from this retry; over the
-    # two remaining it would be 4, and the home would (wrongly) take a fourth request.
+    # bound = max(4, ceil(1.0 x (12 + 1) / 3)) = 5 over the whole ring (3 members), so the home
+    # (6 in flight) is over it even though one member is excluded from this retry; over the
+    # two remaining it would be 7, and the home would (wrongly) take a seventh request.
     proxy, endpoint = await proxy_for(load_factor=1.0)
     order = walk(endpoint, "conv-6")
     home, other, tried = order[0], order[1], order[2]
     proxy._holdings("ep").record(SCOPE, chunks("conv-6", 10), home)
-    proxy.loads["ep"].update({home: 3, other: 0, tried: 3})
+    proxy.loads["ep"].update({home: 6, other: 0, tried: 6})
     placed = proxy.choose(endpoint, facts("conv-6", 10), {tried})
     assert placed.member.name == other and placed.spilled
 

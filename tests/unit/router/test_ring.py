@@ -46,8 +46,8 @@ def test_members_over_the_bound_are_passed_over_in_ring_order() -> None:
     r = ring.EndpointRing(members(4))
     walk = list(r.walk(KEYS[0]))
     names = [m.name for m in walk]
-    # total load 8 -> bound ceil(1.25 * 9 / 4) = 3
-    loads = {names[0]: 3, names[1]: 3, names[2]: 1, names[3]: 1}
+    # total load 16 -> bound ceil(1.25 * 17 / 4) = 6
+    loads = {names[0]: 6, names[1]: 6, names[2]: 2, names[3]: 2}
     kept = ring.within_bound(walk, loads, load_factor=1.25, size=4)
     assert [m.name for m in kept] == [names[2], names[3]]
     # only excluded members are below it: the least loaded of the walk
@@ -75,13 +75,16 @@ def test_an_empty_ring_walks_nowhere() -> None:
     assert list(ring.EndpointRing([]).walk(KEYS[2])) == []
 
 
-def test_at_low_load_a_member_may_take_a_second_request() -> None:
+def test_at_low_load_a_member_may_take_a_few_requests() -> None:
     r = ring.EndpointRing(members(4))
     walk = list(r.walk(KEYS[0]))
     # ceil(2.0 x 2 / 4) = 1 would pass over the only busy member; the floor keeps it
     loads = {walk[0].name: 1}
     assert ring.within_bound(walk, loads, load_factor=2.0, size=4)[0] == walk[0]
-    loads = {walk[0].name: 2}
+    # a burst: five in flight, three of them on the home; ceil(2.0 x 6 / 4) = 3 passed it over
+    loads = {walk[0].name: 3, walk[1].name: 1, walk[2].name: 1}
+    assert ring.within_bound(walk, loads, load_factor=2.0, size=4)[0] == walk[0]
+    loads = {walk[0].name: ring.MIN_BOUND}
     assert ring.within_bound(walk, loads, load_factor=2.0, size=4)[0] == walk[1]
 
 
