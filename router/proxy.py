@@ -347,7 +347,7 @@ class Proxy:
         loads = self.loads[ep]
         capped = ring.within_bound(
             walk, loads, load_factor=routing.load_factor, size=len(endpoint.ring),
-            floor=ring.floor(len(self.replicas)),
+            floor=ring.replica_floor(len(self.replicas)),
         )  # fmt: skip
         engines = {m.name: self.engines.get(m.url, now) for m in walk}
         table = self._holdings(ep)

@@ -73,7 +73,7 @@ MIN_BOUND = 4  # requests in flight on one member that are never skew
 MIN_SHARE = 2  # the floor of one router replica among several (the floor before session 12)
 
 
-def floor(replicas: int) -> int:
+def replica_floor(replicas: int) -> int:
     """The bound's floor for one of `replicas` router replicas: its share of MIN_BOUND, since
     it counts only the requests it sent (the others send theirs to the same members), never
     below MIN_SHARE, at which a conversation's overlapping turns still share a member."""
