@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from kvpin import api
-from kvpin.router import bodies, breaks, estimates, inflow, keys, placement, ring
+from kvpin.router import bodies, breaks, estimates, keys, placement, ring
 
 BASELINES = ("random", "round-robin", "least-inflight")
 
@@ -122,7 +122,6 @@ class Oracle(Target):
             placement.Demand
         )
         self.breaks = breaks.BreakDetector()
-        self.inflow = inflow.Inflow()
         self._session: aiohttp.ClientSession | None = None
 
     async def _ask(self, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -140,14 +139,10 @@ class Oracle(Target):
         seen = await asyncio.gather(*(self._ask(m.name, body) for m in walk))
         if not all("cached_tokens" in answer for answer in seen):
             return walk[0].name  # the engines refuse it (too long, say): they will say so again
-        now = asyncio.get_running_loop().time()  # each answer is a new reading, exact
-        counts = {m.name: (now, s["computed_tokens"]) for m, s in zip(walk, seen, strict=True)}
-        self.inflow.observe(endpoint, counts, sum(s["cache_tokens"] for s in seen))
         candidates = [
             placement.Candidate(m.name, s["queued_prefill_tokens"]
                                 + estimates.DECODE_TOKENS * s["running"],
-                                s["cached_tokens"], self.costs.prefill_tokens_per_s,
-                                self.inflow.of(endpoint, m.name))
+                                s["cached_tokens"], self.costs.prefill_tokens_per_s)
             for m, s in zip(walk, seen, strict=True)
         ]  # fmt: skip
         prompt = seen[0]["prompt_tokens"]
@@ -163,9 +158,7 @@ class Oracle(Target):
         )  # fmt: skip
         allowed = {m.name for m in (walk[:spread] if by_conversation else walk)}
         conversation = keys.conversation_id(summary.opening, None)
-        name = f"{endpoint}/{conversation}"
-        seen = name in self.breaks
-        broken = self.breaks.observe(name, summary.turn)
+        broken = self.breaks.observe(f"{endpoint}/{conversation}", summary.turn)
         fresh_key = keys.conversation_key("prefix", key, conversation)
         fresh = [m.name for m in self.rings[endpoint].walk(fresh_key) if m.name in allowed]
         held = {c.name: c.cached_tokens for c in candidates}
@@ -173,8 +166,7 @@ class Oracle(Target):
         home = placement.home_of(held, [c.name for c in candidates], order)
         head = head_tokens if by_conversation else 0
         decision = placement.decide(candidates, home, prompt, self.costs, fresh, head_tokens=head,
-                                    head_changed=broken in breaks.HEAD_ZONES,
-                                    first_turn=summary.first_turn(seen))  # fmt: skip
+                                    head_changed=broken in breaks.HEAD_ZONES)  # fmt: skip
         return decision.member
 
     def pick(self, endpoint: str) -> str:

@@ -89,14 +89,6 @@ class Summary:
     messages: int  # history messages (0 or 1: a conversation's first turn)
     shared_head: bytes  # warmup.head_of: leading system messages and tools, to warm new members
 
-    def first_turn(self, seen: bool) -> bool:
-        """Whether this opens a conversation (`seen`: a turn of it was seen before) and
-        leaves the placement index something to find (a whole chunk): where it goes weighs
-        each member's inflow (router.placement). A shorter one is placed by its walk alone,
-        the same member while loads are even, as a session's turns must be; and so is a
-        later turn, the one member of its walk that likely still holds its earlier turns."""
-        return not seen and self.messages <= 1 and bool(self.chunks)
-
 
 def _check_depth(doc: Any, limit: int) -> None:
     stack: list[tuple[Any, int]] = [(doc, 1)]

@@ -109,11 +109,5 @@ class BreakDetector:
             self._turns.popitem(last=False)
         return compare(before, now) if before is not None else None
 
-    def __contains__(self, conversation: object) -> bool:
-        """Whether a turn of `conversation` was seen lately (before `observe` records this
-        one): a conversation sent as one growing message is on a later turn though it has
-        one message."""
-        return conversation in self._turns
-
     def __len__(self) -> int:
         return len(self._turns)

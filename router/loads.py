@@ -6,12 +6,10 @@ the requests waiting and running there: vLLM's `vllm:num_requests_waiting` and
 `vllm:num_requests_running` (which `kvpin sim` exposes too), SGLang's `sglang:num_queue_reqs`
 and `sglang:num_running_reqs`; and the size of its KV cache in tokens (vLLM's
 `vllm:cache_config_info` labels `num_gpu_blocks` x `block_size`, SGLang's
-`sglang:max_total_num_tokens`), from which router.holdings guesses what it has evicted; and
-the prompt tokens it has computed since it started (vLLM's `vllm:prefix_cache_queries` minus
-`vllm:prefix_cache_hits`, SGLang's `sglang:prompt_tokens` minus `sglang:cached_tokens`), the
-new content its cache took in (router.inflow). A member whose metrics cannot be read, or
-were read too long ago, has no engine load: the router falls back to its own estimate, and no
-request ever waits for a scrape. `parse` is pure; `EngineLoads` does the I/O.
+`sglang:max_total_num_tokens`), from which router.holdings guesses what it has evicted. A
+member whose metrics cannot be read, or were read too long ago, has no engine load: the router
+falls back to its own estimate, and no request ever waits for a scrape. `parse` is pure;
+`EngineLoads` does the I/O.
 """
 
 from __future__ import annotations
@@ -33,12 +31,6 @@ log = logging.getLogger(logs.PROXY)
 _WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
 _RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
 _CAPACITY = "sglang:max_total_num_tokens"
-# (looked up, found) prompt-token counters: the difference is what the engine computed
-_COMPUTED = (
-    ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"),
-    ("sglang:prompt_tokens_total", "sglang:cached_tokens_total"),
-)
-_COUNTERS = {name for pair in _COMPUTED for name in pair}
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})? ([0-9.eE+-]+|NaN)", re.MULTILINE)
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 
@@ -50,7 +42,6 @@ class EngineLoad:
     at: float  # monotonic time of the scrape
     mine: int = 0  # this replica's own requests on the member when the scrape came back
     capacity: float | None = None  # tokens its KV cache holds, where the engine says
-    computed: float | None = None  # prompt tokens it computed since it started, where it says
 
 
 def _number(text: str) -> float | None:
@@ -77,7 +68,7 @@ def parse(text: str, at: float) -> EngineLoad | None:
         number = _number(value)
         if number is None:
             continue
-        if name in _WAITING or name in _RUNNING or name in _COUNTERS:
+        if name in _WAITING or name in _RUNNING:
             totals[name] = totals.get(name, 0.0) + number
         elif name == "vllm:cache_config_info":
             capacity = _cache_tokens(labels) or capacity
@@ -87,10 +78,7 @@ def parse(text: str, at: float) -> EngineLoad | None:
     running = [totals[n] for n in _RUNNING if n in totals]
     if not waiting and not running:
         return None
-    computed = next(
-        (max(0.0, totals[a] - totals.get(b, 0.0)) for a, b in _COMPUTED if a in totals), None
-    )
-    return EngineLoad(sum(waiting), sum(running), at, capacity=capacity, computed=computed)
+    return EngineLoad(sum(waiting), sum(running), at, capacity=capacity)
 
 
 class EngineLoads:

@@ -12,11 +12,6 @@ request that the member does not hold, over the member's prefill rate. Then:
   group's preamble) would pile every conversation sharing it onto the members holding that
   head, whose caches then evict each other's histories, while two choices per conversation
   keep cache occupancy and load even and the choice mostly a function of the conversation.
-  A conversation's first turn also weighs what each of the two took in lately (router.inflow,
-  counted by the engines, so every replica weighs the same): it goes where the cache churns
-  least, so that the conversations already there are evicted last. Only first turns: a later
-  turn placed as new (shorter than what the index can see, say) keeps its member while loads
-  are even, as a session's turns must.
   A later turn whose system prompt or tools changed since the turn before (a client writing
   the time into its system prompt, say) has no walk worth keeping: its key changed with its
   head, and a client that changed it once will likely change it again, so two choices would
@@ -79,7 +74,6 @@ class Candidate:
     queued_tokens: float  # prefill work ahead of this request there, in tokens
     cached_tokens: int  # tokens of this request it probably holds
     rate: float  # its prefill tokens per second
-    inflow: float = 0.0  # tokens its cache took in lately (router.inflow)
 
     def ttft(self, prompt_tokens: int) -> float:
         """Estimated seconds to the first token of a request of `prompt_tokens` there."""
@@ -155,7 +149,6 @@ def decide(
     *,
     head_tokens: int = 0,
     head_changed: bool = False,
-    first_turn: bool = False,
 ) -> Decision:
     """The member for a request; `walk` in the key's ring order, never empty.
 
@@ -165,7 +158,6 @@ def decide(
     system prompt or tools since its conversation's previous turn). `head_tokens` is the size
     of its system prompt and tools: a request holding no more is new, and a member holding
     them has no less work for it (the head will be copied to wherever its conversations go).
-    `first_turn`: the request opens its conversation, so each member's inflow counts.
     """
     held = max(c.cached_tokens for c in walk)
     fresh = held <= settings.fresh_below * prompt_tokens or bool(
@@ -177,15 +169,10 @@ def decide(
         order += [c for c in walk if c not in order]  # members off that order: in walk order
         # work in tokens, not time: measured rates differ from replica to replica, and
         # replicas that see the same loads must agree (min keeps the first of equals)
-        choices = order if head_changed else order[:2]
-        saved = [max(0, c.cached_tokens - head_tokens) for c in choices]
-        # what later turns will find is a guess; what this one finds is not: churn weighs
-        # only between members that hold alike of it
-        churn = first_turn and min(saved) == max(saved)
         first = min(
-            zip(choices, saved, strict=True),
-            key=lambda cs: cs[0].queued_tokens - cs[1] + (cs[0].inflow if churn else 0.0),
-        )[0]
+            order if head_changed else order[:2],
+            key=lambda c: c.queued_tokens - max(0, c.cached_tokens - head_tokens),
+        )
         return Decision(first.name, moved=False, fresh=True)
     stay = next((c for c in walk if c.name == home), walk[0])
     best = min(walk, key=lambda c: c.ttft(prompt_tokens))

@@ -60,7 +60,6 @@ from kvpin.router.breaks import HEAD_ZONES, BreakDetector
 from kvpin.router.config import ProxySettings
 from kvpin.router.estimates import Estimates
 from kvpin.router.holdings import Holdings
-from kvpin.router.inflow import DEFAULT_CACHE_TOKENS, Inflow
 from kvpin.router.loads import EngineLoads
 from kvpin.router.membership.base import Endpoint, Membership
 from kvpin.router.metrics import RouterMetrics
@@ -89,7 +88,6 @@ class Facts:
     first_tokens: int = 0  # of its first turn's prompt (the first message after the head)
     head_share: float = 1.0  # of the endpoint's new conversations opening with its head
     head_changed: bool = False  # its system prompt or tools since its previous turn
-    first_turn: bool = False  # bodies.Summary.first_turn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +161,6 @@ class Proxy:
         self.outliers = Outliers(settings.outliers)
         self.holdings: dict[str, Holdings] = {}  # per endpoint
         self.estimates = Estimates()
-        self.inflow = Inflow()
         self.engines = EngineLoads(
             self._member_urls, self._mine_at, interval=settings.engine_metrics_interval
         )
@@ -307,9 +304,7 @@ class Proxy:
             if answer is not None:
                 return answer
         self.heads[ep].seen(summary.shared_head, salt)
-        name = f"{ep}/{conversation}"
-        seen = name in self.breaks
-        broken = self.breaks.observe(name, summary.turn)
+        broken = self.breaks.observe(f"{ep}/{conversation}", summary.turn)
         if broken:
             self.metrics.of(self.metrics.prefix_breaks, ep, broken).inc()
         tokens = self.estimates.tokens
@@ -323,7 +318,7 @@ class Proxy:
             head_tokens=tokens(ep, summary.head_chars) if summary.head_chars else 0,
             first_tokens=tokens(ep, summary.first_chars),
             head_share=self.demand[ep].share(key) if summary.head_chars else 1.0,
-            head_changed=broken in HEAD_ZONES, first_turn=summary.first_turn(seen),
+            head_changed=broken in HEAD_ZONES,
         )  # fmt: skip
         return await self.forward(
             request, endpoint, path, raw, facts, broken=broken, started=started
@@ -356,15 +351,10 @@ class Proxy:
         )  # fmt: skip
         engines = {m.name: self.engines.get(m.url, now) for m in walk}
         table = self._holdings(ep)
-        sizes = []
         for name, engine in engines.items():
             size = routing.cache_tokens or (engine.capacity if engine is not None else None)
             if size:
                 table.resize(name, self.estimates.chars(ep, size) / holdings.CHUNK_CHARS)
-            sizes.append(size or DEFAULT_CACHE_TOKENS)
-        computed = {n: (e.at, e.computed) for n, e in engines.items()
-                    if e and e.computed is not None}  # fmt: skip
-        self.inflow.observe(ep, computed, sum(sizes) * len(endpoint.ring) / len(sizes))
         held = table.held(facts.scope, facts.chunks)
 
         by_conversation, spread = placement.new_conversations(
@@ -388,14 +378,12 @@ class Proxy:
             slack_chars=holdings.CHUNK_CHARS,
             order=conversation() if by_conversation else (),
         )
-        counted = all(m.name in computed for m in capped)  # else a silent member would draw all
         candidates = [
             placement.Candidate(
                 m.name,
                 self.estimates.queued(ep, m.name, loads.get(m.name, 0), engines[m.name]),
                 cached.get(m.name, 0),
                 self.estimates.rate(ep, m.name, routing.prefill_tokens_per_s),
-                self.inflow.of(ep, m.name) if counted else 0.0,
             )
             for m in capped
         ]
@@ -403,7 +391,7 @@ class Proxy:
             candidates, home, facts.prompt_tokens, routing.costs(),
             conversation() if routing.fresh_below else (),
             head_tokens=facts.head_tokens if by_conversation else 0,
-            head_changed=facts.head_changed, first_turn=facts.first_turn,
+            head_changed=facts.head_changed,
         )  # fmt: skip
         chosen = next(c for c in candidates if c.name == decision.member)
         return Placed(
@@ -448,7 +436,6 @@ class Proxy:
             member = placed.member
             tried.add(member.name)
             self._count(ep, attempt, placed)
-            self.inflow.sent(ep, member.name, placed.uncached)
             with (
                 self._in_flight(ep, member.name),
                 Prefill(self.estimates, ep, member.name, placed.uncached) as prefill,
@@ -776,7 +763,6 @@ class Proxy:
         elif ep in self.holdings:
             self.holdings[ep].forget(cold)
         self.estimates.forget(ep, cold)
-        self.inflow.forget(ep, cold)
         for member in idle:
             self.loads.get(ep, {}).pop(member, None)
         if after is None and not self.loads.get(ep):

@@ -48,7 +48,6 @@ class Simulator:
             block_size=config.block_size,
         )
         self.started = time.monotonic()
-        self.computed = 0  # prompt tokens computed since start: the metrics' queries - hits
         self.dice = random.Random(config.faults.seed)
         # the kind of each request received, in order (warm-up or user), for GET /debug/arrivals
         self.arrivals: collections.deque[str] = collections.deque(maxlen=10_000)
@@ -115,7 +114,6 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
     try:
         sim.metrics.queries.inc(len(parsed.prompt))
         sim.metrics.hits.inc(generation.cached)
-        sim.computed += len(parsed.prompt) - generation.cached
         sim.metrics.prompt_tokens.inc(len(parsed.prompt))
         reply = _Reply(sim, parsed, protocol.Ids.new(kind, config.names[0]), generation.cached)
         if parsed.stream:
@@ -249,8 +247,6 @@ async def debug_cached_tokens(request: web.Request) -> web.Response:
         "cached_tokens": sim.cache.match(hashes, len(parsed.prompt)) * config.block_size,
         "queued_prefill_tokens": sim.engine.queued_prefill_tokens,
         "running": sim.engine.num_running,
-        "computed_tokens": sim.computed,
-        "cache_tokens": config.capacity_blocks * config.block_size,
     })  # fmt: skip
 
 

@@ -15,7 +15,6 @@ import aiohttp
 import openai
 import pytest
 
-from kvpin.router import loads
 from tests.integration.conftest import StartSim, replace_timing
 
 SYSTEM = "You are the support agent of a large shop. " * 40  # ~400 tokens
@@ -151,7 +150,6 @@ async def test_models_health_and_metrics(start_sim: StartSim) -> None:
             text = await response.text()
     assert 'vllm:prefix_cache_queries_total{model_name="ep-a"} 80.0' in text
     assert 'vllm:prefix_cache_hits_total{model_name="ep-a"} 32.0' in text
-    assert loads.parse(text, 0).computed == 48  # the router reads what the engine computed
     for name in (
         "vllm:kv_cache_usage_perc",
         "vllm:num_requests_running",
@@ -262,5 +260,3 @@ async def test_the_debug_route_tells_what_the_cache_holds_and_is_off_by_default(
     assert before["cached_tokens"] == 0 and before["prompt_tokens"] == served
     assert served - 16 <= after["cached_tokens"] < served  # whole blocks; the last token never
     assert after["queued_prefill_tokens"] == 0
-    assert (before["computed_tokens"], after["computed_tokens"]) == (0, served)  # all computed
-    assert after["cache_tokens"] > 0

@@ -170,32 +170,3 @@ async def test_the_caps_floor_is_a_replicas_share_when_replicas_relay() -> None:
     assert alone.choose(endpoint, facts("conv-7", 10), set()).member.name == home
     placed = relaying.choose(endpoint, facts("conv-7", 10), set())
     assert placed.member.name != home and placed.spilled
-
-
-async def test_a_first_turn_avoids_the_member_whose_engine_computed_most_lately() -> None:
-    import dataclasses
-    import time
-
-    from kvpin.router.loads import EngineLoad
-
-    replicas = [await proxy_for() for _ in range(2)]
-    endpoint = replicas[0][1]
-    order = walk(endpoint, "new-1")
-
-    def read(proxy: Proxy, computed: dict[str, float]) -> None:  # as a scrape leaves it
-        for name, count in computed.items():
-            url = endpoint.ring.members[name].url
-            proxy.engines._loads[url] = EngineLoad(0, 0, time.monotonic(), computed=count)
-
-    first = dataclasses.replace(facts("new-1", 3), first_turn=True)
-    for proxy, _ in replicas:
-        read(proxy, dict.fromkeys(NAMES, 1e6))  # the baseline: up long before this router
-        assert proxy.choose(endpoint, first, set()).member.name == order[0]  # all even
-        read(proxy, {**dict.fromkeys(NAMES, 1e6), order[0]: 1e6 + 40_000})
-    # every replica reads the same engines, so every replica places it alike
-    assert {p.choose(endpoint, first, set()).member.name for p, _ in replicas} == {order[1]}
-    # a later turn placed as new is no first turn: its walk's first member, as before
-    assert replicas[0][0].choose(endpoint, facts("new-1", 3), set()).member.name == order[0]
-    # a member whose metrics cannot be read would look the least churned: no one is weighed
-    del replicas[0][0].engines._loads[endpoint.ring.members[order[2]].url]
-    assert replicas[0][0].choose(endpoint, first, set()).member.name == order[0]

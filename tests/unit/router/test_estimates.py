@@ -153,22 +153,3 @@ def test_the_cache_size_is_read_from_vllm_and_sglang_metrics() -> None:
     assert parse(nan, 0).capacity is None
     after_nan = "vllm:num_requests_waiting NaN\n" + info + "vllm:num_requests_running 2\n"
     assert parse(after_nan, 0) == EngineLoad(0, 2, 0, capacity=32_000)  # one bad line skipped
-
-
-def test_what_an_engine_computed_is_read_from_its_prompt_token_counters() -> None:
-    vllm = (
-        "vllm:num_requests_running 1\n"
-        'vllm:prefix_cache_queries_total{model_name="m"} 9000.0\n'
-        'vllm:prefix_cache_hits_total{model_name="m"} 2500.0\n'
-        'vllm:prefix_cache_queries_created{model_name="m"} 1.7e9\n'  # not a count of tokens
-    )
-    assert parse(vllm, 0).computed == 6500
-    sglang = (
-        "sglang:num_running_reqs 1\nsglang:prompt_tokens_total 800\n"
-        'sglang:cached_tokens_total{cache_source="device"} 300\n'
-        'sglang:cached_tokens_total{cache_source="host"} 100\n'  # hits from every tier
-    )
-    assert parse(sglang, 0).computed == 400
-    assert parse("vllm:num_requests_running 1\n", 0).computed is None  # no counters: unknown
-    nothing_hit = "vllm:num_requests_running 1\nvllm:prefix_cache_queries_total 70\n"
-    assert parse(nothing_hit, 0).computed == 70

@@ -19,17 +19,6 @@ def test_a_request_with_nothing_cached_takes_the_less_loaded_of_the_first_two() 
     assert placement.decide(even, None, 4000, S).member == "a"  # ties: walk order
 
 
-def test_a_first_turn_also_weighs_what_each_of_its_two_took_in_lately() -> None:
-    churned = [Candidate("a", 0, 0, 10_000, inflow=30_000), Candidate("b", 2000, 0, 10_000, 0),
-               Candidate("c", 0, 0, 10_000, inflow=0)]  # fmt: skip
-    first = placement.decide(churned, None, 4000, S, first_turn=True)
-    assert first == placement.Decision("b", False, True)  # queued less than a took in lately
-    assert placement.decide(churned, None, 4000, S).member == "a"  # a later turn: queues only
-    # a member holding the conversation is no new place: inflow does not move it
-    held = [Candidate("a", 0, 4000, 10_000, inflow=30_000), Candidate("b", 0, 0, 10_000, 0)]
-    assert placement.decide(held, "a", 4000, S, first_turn=True).member == "a"
-
-
 def test_a_turn_whose_head_changed_takes_the_least_loaded_of_all() -> None:
     # a careless client's timestamp in its system prompt: nothing held, a new key every turn
     walk = [c("a", queued=5000), c("b", queued=1000), c("c", queued=0)]
