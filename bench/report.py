@@ -6,7 +6,8 @@ import dataclasses
 import json
 import math
 import pathlib
-from collections.abc import Sequence
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 
 from kvpin.bench.scoring import Summary
 
@@ -56,6 +57,40 @@ def noise(summaries: Sequence[Summary]) -> str:
             values = [figure(r) for r in runs]
             cells.append(f"{form.format(min(values))} to {form.format(max(values))}")
         lines.append(f"| {policy} | {len(runs)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def across_seeds(per_seed: Mapping[int, Sequence[Summary]]) -> str:
+    """Each policy over several seeds of one workload: its mean figures, its lowest and
+    highest hit rate, and on how many seeds it had the highest hit rate and the lowest mean
+    and p99 TTFT of every policy run (ties count for each). One seed's lead can be the luck
+    of a few placements in a short replay; a rule is better when it leads on most seeds."""
+    runs: dict[str, list[Summary]] = {}
+    for summaries in per_seed.values():
+        for s in summaries:
+            runs.setdefault(s.policy, []).append(s)
+
+    def leads(policy: str, figure: Callable[[Summary], float]) -> int:
+        return sum(
+            any(s.policy == policy and figure(s) == min(map(figure, summaries)) for s in summaries)
+            for summaries in per_seed.values()
+        )
+
+    lines = [
+        "| policy | seeds | token hit rate (mean) | lowest to highest | highest on | "
+        "TTFT mean ms (mean) | lowest on | TTFT p99 ms (mean) | lowest on | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for policy, rs in runs.items():
+        hits = [r.hit_rate for r in rs]
+        lines.append(
+            f"| {policy} | {len(rs)} | {statistics.fmean(hits):.1%} "
+            f"| {min(hits):.1%} to {max(hits):.1%} | {leads(policy, lambda s: -s.hit_rate)} "
+            f"| {statistics.fmean(r.ttft_mean_s for r in rs) * 1e3:.1f} "
+            f"| {leads(policy, lambda s: s.ttft_mean_s)} "
+            f"| {statistics.fmean(r.ttft_p99_s for r in rs) * 1e3:.1f} "
+            f"| {leads(policy, lambda s: s.ttft_p99_s)} | {sum(r.errors for r in rs)} |"
+        )
     return "\n".join(lines)
 
 

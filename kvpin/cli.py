@@ -330,6 +330,7 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         "without warm-up and kept homes; kvpin-static: kvpin on an unchanging pool)",
     )  # fmt: skip
     _add_repeat(workload)
+    _add_seeds(workload)
     workload.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     workload.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
     _add_logging(workload)
@@ -355,6 +356,7 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     trace.add_argument("--speed", type=float, default=1.0, help="arrival time divisor")
     _add_workload_flags(trace)
     _add_repeat(trace)
+    _add_seeds(trace, what="the synthetic trace")
     trace.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     trace.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
     _add_logging(trace)
@@ -373,6 +375,29 @@ def _add_repeat(parser: argparse.ArgumentParser) -> None:
         "--repeat", type=int, default=1, metavar="N",
         help="run every policy N times, round after round: the table shows each policy's "
         "means, a second table its lowest and highest figures (the noise between runs)",
+    )  # fmt: skip
+
+
+def seed_list(text: str) -> list[int]:
+    """`--seeds 1-4,7` -> [1, 2, 3, 4, 7]."""
+    seeds: list[int] = []
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            first, _, last = part.partition("-")
+            seeds += range(int(first), int(last or first) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of seeds: {text!r} (e.g. 1-4,7)") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"no seeds in {text!r} (e.g. 1-4,7)")
+    return list(dict.fromkeys(seeds))
+
+
+def _add_seeds(parser: argparse.ArgumentParser, what: str = "the workload") -> None:
+    parser.add_argument(
+        "--seeds", type=seed_list, metavar="LIST",
+        help=f"run everything once per seed of {what} (e.g. 1-8 or 1,3,5): a table per seed, "
+        "then each policy's means over the seeds and on how many it led; --json writes "
+        "every seed's rows, each with its seed",
     )  # fmt: skip
 
 
@@ -480,6 +505,10 @@ def _describe(config: runner.BenchConfig) -> None:
 
 
 def _run_bench_workload(args: argparse.Namespace) -> None:
+    _each_seed(args, _workload_once)
+
+
+def _workload_once(args: argparse.Namespace) -> list[scoring.Summary]:
     import dataclasses
 
     from kvpin.bench import progress, runner, scenarios
@@ -487,12 +516,37 @@ def _run_bench_workload(args: argparse.Namespace) -> None:
     config = _bench_config(args)
     _describe(config)
     if not args.scenario:
-        _report(args, runner.run(config, progress=progress.ProgressBar()))
-        return
+        return runner.run(config, progress=progress.ProgressBar())
     config = dataclasses.replace(config, scenario=args.scenario)
     rows = runner.run_scenario(config, progress=progress.ProgressBar())
     print(scenarios.markdown(rows))
-    _report(args, [summary for summary, _ in rows])
+    return [summary for summary, _ in rows]
+
+
+def _each_seed(
+    args: argparse.Namespace, once: Callable[[argparse.Namespace], list[scoring.Summary]]
+) -> None:
+    """Run `once` and report it, for `--seed` or for each of `--seeds`, then over them all."""
+    import json
+    import pathlib
+
+    from kvpin.bench import report, scoring
+
+    if not args.seeds:
+        _report(args, once(args))
+        return
+    per_seed, rows = {}, []
+    for seed in args.seeds:
+        print(f"\n### seed {seed}")
+        one = argparse.Namespace(**{**vars(args), "seed": seed, "json": None, "chart": None})
+        summaries = once(one)
+        _report(one, summaries)
+        per_seed[seed] = scoring.combine(summaries)
+        rows += [{"seed": seed, **row} for row in json.loads(report.to_json(per_seed[seed]))]
+    print(f"\n### over seeds {', '.join(map(str, args.seeds))}")
+    print(report.across_seeds(per_seed))
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(rows, indent=2))
 
 
 def _run_bench_sweep(args: argparse.Namespace) -> None:
@@ -520,6 +574,12 @@ def _run_bench_sweep(args: argparse.Namespace) -> None:
 
 
 def _run_bench_trace(args: argparse.Namespace) -> None:
+    if args.trace and args.seeds:
+        raise SystemExit("--seeds varies the synthetic trace: it cannot vary --trace FILE")
+    _each_seed(args, _trace_once)
+
+
+def _trace_once(args: argparse.Namespace) -> list[scoring.Summary]:
     import pathlib
 
     from kvpin.bench import progress, runner, traces
@@ -533,10 +593,7 @@ def _run_bench_trace(args: argparse.Namespace) -> None:
     config = _bench_config(args)
     print(f"{len(requests)} requests over {requests[-1].at_s:.0f}s of trace time at speed "
           f"{args.speed:g}; {config.pods} pods of {config.cache_blocks} blocks")  # fmt: skip
-    summaries = runner.run_trace(
-        config, requests, speed=args.speed, progress=progress.ProgressBar()
-    )
-    _report(args, summaries)
+    return runner.run_trace(config, requests, speed=args.speed, progress=progress.ProgressBar())
 
 
 def _report(args: argparse.Namespace, summaries: list[scoring.Summary]) -> None:

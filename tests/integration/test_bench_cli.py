@@ -71,3 +71,19 @@ def test_a_repeated_bench_reports_each_policys_mean_and_range(tmp_path: pathlib.
     assert {r["rounds"] for r in rows} == {2}
     noise = table[table.index("lowest to highest") :]
     assert all(f"| {policy} | 2 | " in noise for policy in POLICIES.split(","))
+
+
+def test_a_bench_over_seeds_reports_each_seed_and_each_policy_over_them(
+    tmp_path: pathlib.Path,
+) -> None:
+    out = tmp_path / "w.json"
+    table = bench("workload", "--variant", "agents", "--conversations", "4", "--turns", "2",
+                  "--agents", "2", "--system-words", "100", "--pods", "2", "--time-scale",
+                  "0.02", "--policies", POLICIES, "--seeds", "1-2", "--json", str(out))  # fmt: skip
+    rows = json.loads(out.read_text())
+    assert [r["seed"] for r in rows] == [1] * 3 + [2] * 3
+    for seed in (1, 2):
+        check([r for r in rows if r["seed"] == seed], requests=8)
+    assert "### seed 1" in table and "### seed 2" in table
+    over = table[table.index("### over seeds 1, 2") :]
+    assert all(f"| {policy} | 2 | " in over for policy in POLICIES.split(","))

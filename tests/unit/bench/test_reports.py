@@ -83,3 +83,18 @@ def test_the_noise_table_gives_the_range_of_each_policy_run_more_than_once() -> 
     assert len(rows) == 1  # sglang ran once: no range to give
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
     assert cells[:4] == ["kvpin", "3", "3.9% to 5.9%", "250.4 to 500.0"]
+
+
+def test_over_seeds_each_policy_has_its_means_range_and_the_seeds_it_led_on() -> None:
+    per_seed = {
+        1: [summary("kvpin", hit_rate=0.50, ttft_mean_s=0.10, ttft_p99_s=0.4),
+            summary("peer", hit_rate=0.40, ttft_mean_s=0.12, ttft_p99_s=0.3)],
+        2: [summary("kvpin", hit_rate=0.30, ttft_mean_s=0.20, ttft_p99_s=0.5, errors=1),
+            summary("peer", hit_rate=0.34, ttft_mean_s=0.20, ttft_p99_s=0.6)],
+    }  # fmt: skip
+    header, rule, kvpin, peer = report.across_seeds(per_seed).splitlines()
+    assert header.count("|") == rule.count("|") == kvpin.count("|") == peer.count("|")
+    cells = [c.strip() for c in kvpin.strip("|").split("|")]
+    assert cells == ["kvpin", "2", "40.0%", "30.0% to 50.0%", "1", "150.0", "2", "450.0", "1", "1"]
+    cells = [c.strip() for c in peer.strip("|").split("|")]
+    assert cells == ["peer", "2", "37.0%", "34.0% to 40.0%", "1", "160.0", "1", "450.0", "1", "0"]
