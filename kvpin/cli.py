@@ -397,7 +397,7 @@ def _add_seeds(parser: argparse.ArgumentParser, what: str = "the workload") -> N
         "--seeds", type=seed_list, metavar="LIST",
         help=f"run everything once per seed of {what} (e.g. 1-8 or 1,3,5): a table per seed, "
         "then each policy's means over the seeds and on how many it led; --json writes "
-        "every seed's rows, each with its seed",
+        "every seed's rows, each with its seed, --chart the means over the seeds",
     )  # fmt: skip
 
 
@@ -547,6 +547,9 @@ def _each_seed(
     print(report.across_seeds(per_seed))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=2))
+    means = scoring.combine([s for summaries in per_seed.values() for s in summaries])
+    if args.chart and not report.chart(means, pathlib.Path(args.chart)):
+        print("no chart: matplotlib is not installed (pip install 'kvpin[charts]')")
 
 
 def _run_bench_sweep(args: argparse.Namespace) -> None:

@@ -79,7 +79,8 @@ def test_a_bench_over_seeds_reports_each_seed_and_each_policy_over_them(
     out = tmp_path / "w.json"
     table = bench("workload", "--variant", "agents", "--conversations", "4", "--turns", "2",
                   "--agents", "2", "--system-words", "100", "--pods", "2", "--time-scale",
-                  "0.02", "--policies", POLICIES, "--seeds", "1-2", "--json", str(out))  # fmt: skip
+                  "0.02", "--policies", POLICIES, "--seeds", "1-2", "--json", str(out),
+                  "--chart", str(tmp_path / "means.png"))  # fmt: skip
     rows = json.loads(out.read_text())
     assert [r["seed"] for r in rows] == [1] * 3 + [2] * 3
     for seed in (1, 2):
@@ -87,3 +88,4 @@ def test_a_bench_over_seeds_reports_each_seed_and_each_policy_over_them(
     assert "### seed 1" in table and "### seed 2" in table
     over = table[table.index("### over seeds 1, 2") :]
     assert all(f"| {policy} | 2 | " in over for policy in POLICIES.split(","))
+    assert (tmp_path / "means.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
