@@ -142,7 +142,8 @@ class Oracle(Target):
         candidates = [
             placement.Candidate(m.name, s["queued_prefill_tokens"]
                                 + estimates.DECODE_TOKENS * s["running"],
-                                s["cached_tokens"], self.costs.prefill_tokens_per_s)
+                                s["cached_tokens"], self.costs.prefill_tokens_per_s,
+                                s["prefilling"])
             for m, s in zip(walk, seen, strict=True)
         ]  # fmt: skip
         prompt = seen[0]["prompt_tokens"]

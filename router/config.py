@@ -51,8 +51,9 @@ class RoutingConfig:
     prefill_tokens_per_s: float = 10_000.0
     """A member's prefill rate until the router has measured it."""
     move_margin: float = placement.DEFAULT_MOVE_MARGIN
-    """A request leaves the member holding its prefix only for one whose estimated TTFT is
-    lower by this multiple of the prefill the move recomputes (router.placement)."""
+    """A request leaves the member holding its prefix only for one whose estimated TTFT, plus
+    the delay its prefill adds to the requests waiting there, is lower by this multiple of the
+    prefill the move recomputes (router.placement)."""
     cache_tokens: float | None = None
     """Tokens one member's KV cache holds, to guess what it has evicted (router.holdings);
     None: what the engine's metrics say. Set it where an engine keeps more than its GPU cache

@@ -30,6 +30,17 @@ def _average(old: float | None, new: float) -> float:
     return new if old is None else old + SMOOTHING * (new - old)
 
 
+def _others(engine: EngineLoad | None, mine_waiting: int) -> tuple[float, float]:
+    """Other replicas' requests on a member, waiting and running, from its scrape: those
+    beyond this replica's when it was read, waiting as far as the engine's queue exceeds
+    this replica's own waiting requests."""
+    if engine is None:
+        return 0.0, 0.0
+    others = max(0.0, engine.waiting + engine.running - engine.mine)
+    waiting = min(others, max(0.0, engine.waiting - mine_waiting))
+    return waiting, others - waiting
+
+
 class Estimates:
     """Load, rate and size estimates of one router replica."""
 
@@ -71,15 +82,16 @@ class Estimates:
         count requests of this replica that have ended since.
         """
         key = (endpoint, member)
-        mine = self.waiting[key]
-        running = max(0, in_flight - mine)
-        others_waiting = 0.0
-        if engine is not None:
-            others = max(0.0, engine.waiting + engine.running - engine.mine)
-            others_waiting = min(others, max(0.0, engine.waiting - mine))
-            running += others - others_waiting
+        others_waiting, others_running = _others(engine, self.waiting[key])
+        running = max(0, in_flight - self.waiting[key]) + others_running
         waiting_work = others_waiting * self.mean_uncached.get(endpoint, 1024.0)
         return self.pending[key] + waiting_work + DECODE_TOKENS * running
+
+    def waiting_at(self, endpoint: str, member: str, engine: EngineLoad | None) -> float:
+        """Requests on `member` still waiting for their first token: this replica's, and
+        those of other replicas that the engine's scrape shows waiting (as in queued)."""
+        mine = self.waiting[(endpoint, member)]
+        return mine + _others(engine, mine)[0]
 
     def sent(self, endpoint: str, member: str, uncached: float) -> None:
         key = (endpoint, member)

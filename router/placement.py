@@ -25,15 +25,21 @@ request that the member does not hold, over the member's prefill rate. Then:
   stay with their holders, so six large heads do not fill every cache (new_conversations).
 - Otherwise the home (the member holding the longest prefix of the request, the first of several
   in the conversation's walk; else the key's ring owner) stays the choice unless another
-  member's estimate is lower by more than the margin. The estimates count what a move costs this
-  request; the margin prices what it costs everyone else: the prefill it recomputes is work the
-  pool does on top, which the requests queued behind it on the destination wait through, and the
-  copy left behind on the home is cache space lost to duplication. So a move must save this
-  request more time than it adds to the pool: `margin` (1) times the tokens it recomputes, plus
-  `margin_tokens` of hysteresis. A long conversation leaves its home only for a member far
-  ahead, while a new conversation whose only cached part is a short shared head (system prompt,
-  tools) spreads as soon as the head's holders have work queued. (At 0.25, the earlier default,
-  moves bought no time on the benchmarks' traces and cost hit rate: docs/benchmarks.md.)
+  member's cost is lower by more than the margin. A member's cost is the request's estimated
+  TTFT there plus the time its prefill there adds to the requests that will queue behind it:
+  by Little's law, over one wait as many arrive as are waiting now, so its uncached tokens
+  times the requests waiting there. On a member with nothing waiting that is nothing; on a
+  saturated pool every member has a queue, and a move's recomputed prefill would delay every
+  request behind it, so conversations stay home. What leaving spares the home's queue is not
+  counted: a home's queue in a burst drains when the burst passes, and counting it moved more
+  conversations off their caches on the bursty trace and lost hit rate there (docs/benchmarks.md).
+  The margin prices what the cost leaves out:
+  the copy left behind on the home is cache space lost to duplication. So a move must save
+  `margin` (1) times the tokens it recomputes, plus `margin_tokens` of hysteresis. A long
+  conversation leaves its home only for a member far ahead, while a new conversation whose
+  only cached part is a short shared head (system prompt, tools) spreads as soon as the head's
+  holders have work queued. (At 0.25, the earlier default, moves bought no time on the
+  benchmarks' traces and cost hit rate: docs/benchmarks.md.)
 - Ties break by walk order, so replicas with the same membership and the same loads agree;
   and a replica that never saw a conversation's earlier turns presumes them where any replica
   places a new conversation, the first member of its walk (holders).
@@ -74,10 +80,17 @@ class Candidate:
     queued_tokens: float  # prefill work ahead of this request there, in tokens
     cached_tokens: int  # tokens of this request it probably holds
     rate: float  # its prefill tokens per second
+    waiting: float = 0.0  # requests there still waiting for their first token
 
     def ttft(self, prompt_tokens: int) -> float:
         """Estimated seconds to the first token of a request of `prompt_tokens` there."""
         return (self.queued_tokens + max(0, prompt_tokens - self.cached_tokens)) / self.rate
+
+    def cost(self, prompt_tokens: int) -> float:
+        """Its TTFT there plus the time its prefill adds to the requests that will queue
+        behind it: by Little's law as many as wait there now (arrivals over one wait)."""
+        uncached = max(0, prompt_tokens - self.cached_tokens)
+        return self.ttft(prompt_tokens) + uncached * self.waiting / self.rate
 
 
 def first_of(pool: Collection[str], order: Iterable[str], walk: Sequence[str]) -> str | None:
@@ -175,10 +188,10 @@ def decide(
         )
         return Decision(first.name, moved=False, fresh=True)
     stay = next((c for c in walk if c.name == home), walk[0])
-    best = min(walk, key=lambda c: c.ttft(prompt_tokens))
+    best = min(walk, key=lambda c: c.cost(prompt_tokens))
     recomputed = max(0, stay.cached_tokens - best.cached_tokens)
     margin = (settings.margin * recomputed + settings.margin_tokens) / stay.rate
-    if best is not stay and best.ttft(prompt_tokens) < stay.ttft(prompt_tokens) - margin:
+    if best is not stay and best.cost(prompt_tokens) < stay.ttft(prompt_tokens) - margin:
         return Decision(best.name, moved=True, fresh=False)
     return Decision(stay.name, moved=False, fresh=False)
 

@@ -384,6 +384,7 @@ class Proxy:
                 self.estimates.queued(ep, m.name, loads.get(m.name, 0), engines[m.name]),
                 cached.get(m.name, 0),
                 self.estimates.rate(ep, m.name, routing.prefill_tokens_per_s),
+                self.estimates.waiting_at(ep, m.name, engines[m.name]),
             )
             for m in capped
         ]

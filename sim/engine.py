@@ -114,6 +114,11 @@ class Engine:
         return len(self.waiting)
 
     @property
+    def num_prefilling(self) -> int:
+        """Requests without their first token yet: waiting, or admitted and prefilling."""
+        return len(self.waiting) + sum(1 for s in self.running if s.prefill_left)
+
+    @property
     def queued_prefill_tokens(self) -> int:
         """Prefill tokens still to compute: what running sequences have left, and whole
         prompts of waiting ones (their cache hits are not known before admission)."""

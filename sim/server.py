@@ -247,6 +247,7 @@ async def debug_cached_tokens(request: web.Request) -> web.Response:
         "cached_tokens": sim.cache.match(hashes, len(parsed.prompt)) * config.block_size,
         "queued_prefill_tokens": sim.engine.queued_prefill_tokens,
         "running": sim.engine.num_running,
+        "prefilling": sim.engine.num_prefilling,
     })  # fmt: skip
 
 

@@ -259,4 +259,4 @@ async def test_the_debug_route_tells_what_the_cache_holds_and_is_off_by_default(
             after = await r.json()
     assert before["cached_tokens"] == 0 and before["prompt_tokens"] == served
     assert served - 16 <= after["cached_tokens"] < served  # whole blocks; the last token never
-    assert after["queued_prefill_tokens"] == 0
+    assert after["queued_prefill_tokens"] == 0 and after["prefilling"] == 0

@@ -170,3 +170,21 @@ async def test_the_caps_floor_is_a_replicas_share_when_replicas_relay() -> None:
     assert alone.choose(endpoint, facts("conv-7", 10), set()).member.name == home
     placed = relaying.choose(endpoint, facts("conv-7", 10), set())
     assert placed.member.name != home and placed.spilled
+
+
+async def test_a_move_is_priced_by_the_requests_waiting_where_it_would_go() -> None:
+    # 10 chunks (5,120 tokens) of a 5,220-token turn at home, 15,000 tokens queued there:
+    # home 1.51 s; an idle member 0.52 s, ahead by more than the margin (0.54 s): a move
+    proxy, endpoint = await proxy_for()
+    order = walk(endpoint, "conv-9")
+    home = order[0]
+    proxy._holdings("ep").record(SCOPE, chunks("conv-9", 10), home)
+    proxy.estimates.sent("ep", home, 15_000)
+    placed = proxy.choose(endpoint, facts("conv-9", 10), set())
+    assert placed.moved and placed.member.name == order[1]
+    # one request waiting on each of the others (their prompts held: no queued prefill):
+    # the move's 5,220 tokens would delay it by 0.52 s more (1.04 > 1.51 - 0.54): stay
+    for other in order[1:]:
+        proxy.estimates.sent("ep", other, 0)
+    placed = proxy.choose(endpoint, facts("conv-9", 10), set())
+    assert placed.member.name == home and not placed.moved

@@ -20,6 +20,19 @@ def test_engine_load_adds_what_other_replicas_sent() -> None:
     assert e.queued("ep", "a", 1, load) == 2000 + 2 * 2000 + estimates.DECODE_TOKENS
 
 
+def test_requests_waiting_are_this_replicas_and_those_the_engine_shows_beyond_them() -> None:
+    e = estimates.Estimates()
+    assert e.waiting_at("ep", "a", None) == 0
+    e.sent("ep", "a", 2000)
+    e.sent("ep", "a", 1000)
+    assert e.waiting_at("ep", "a", None) == 2
+    # the engine has 5 waiting, 2 of them ours: 3 from other replicas
+    assert e.waiting_at("ep", "a", EngineLoad(waiting=5, running=1, at=0, mine=2)) == 5
+    # a stale scrape showing only ours (now answered) adds nothing
+    e.answered("ep", "a", 2000)
+    assert e.waiting_at("ep", "a", EngineLoad(waiting=2, running=0, at=0, mine=2)) == 1
+
+
 def test_a_stale_scrape_does_not_count_this_replicas_ended_requests() -> None:
     e = estimates.Estimates()
     # read while two requests of ours ran there; both have ended since: nothing is queued

@@ -1,5 +1,6 @@
 """Placement by cost (router.placement): expected choices worked out by hand."""
 
+import dataclasses
 from collections.abc import Iterator
 
 from kvpin.router import placement
@@ -97,6 +98,23 @@ def test_a_home_buried_in_work_loses_to_a_member_ahead_by_more_than_the_margin()
     # home (49000 + 1000) / 10k = 5.0 s: 4.1 > 5.0 - 1.03 -> stay
     close = [c("b"), c("home", queued=49_000, cached=40_000)]
     assert placement.decide(close, "home", 41_000, S).member == "home"
+
+
+def test_a_move_onto_a_member_with_requests_waiting_pays_for_their_wait_too() -> None:
+    # the move above (b idle: 4.1 s against home's 6.1 - 1.03) with one request waiting on b:
+    # b's 41k of prefill delays the request queued behind it by 4.1 s -> 8.2 s: stay
+    busy = [Candidate("b", 0, 0, 10_000, waiting=1), c("home", queued=60_000, cached=40_000)]
+    assert placement.decide(busy, "home", 41_000, S).member == "home"
+    # what leaving would spare the requests waiting on the home is not counted: 40 waiting
+    # there do not make a move of it; a home 10 s behind (10.1 > 8.2 + 1.03) does
+    home = [busy[0], Candidate("home", 60_000, 40_000, 10_000, waiting=40)]
+    assert placement.decide(home, "home", 41_000, S).member == "home"
+    buried = [busy[0], dataclasses.replace(home[1], queued_tokens=100_000)]
+    assert placement.decide(buried, "home", 41_000, S) == placement.Decision("b", True, False)
+    # of two members ahead, the one fewer requests wait behind is taken, not the quicker one
+    two = [Candidate("b", 0, 0, 10_000, waiting=2), Candidate("d", 2000, 0, 10_000),
+           c("home", queued=60_000, cached=40_000)]  # fmt: skip
+    assert placement.decide(two, "home", 41_000, S).member == "d"
 
 
 def test_a_short_shared_head_is_left_for_a_member_with_less_queued() -> None:

@@ -80,6 +80,9 @@ async def test_requests_wait_beyond_max_running() -> None:
     second = asyncio.ensure_future(engine.start(hashes(1, 2), 17, 1))
     await until(lambda: engine.num_waiting == 1)
     assert engine.num_running == 1
+    # once the first is decoding, only the second is without its first token
+    await until(lambda: engine.queued_prefill_tokens == 17)  # the second's prompt alone
+    assert engine.num_prefilling == 1
     first.close()  # a client going away frees the slot and its blocks
     admitted = await second
     assert admitted.cached == 0
