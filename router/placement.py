@@ -33,13 +33,12 @@ request that the member does not hold, over the member's prefill rate. Then:
   request behind it, so conversations stay home. What leaving spares the home's queue is not
   counted: a home's queue in a burst drains when the burst passes, and counting it moved more
   conversations off their caches on the bursty trace and lost hit rate there (docs/benchmarks.md).
-  The margin prices what the cost leaves out:
-  the copy left behind on the home is cache space lost to duplication. So a move must save
-  `margin` (1) times the tokens it recomputes, plus `margin_tokens` of hysteresis. A long
-  conversation leaves its home only for a member far ahead, while a new conversation whose
-  only cached part is a short shared head (system prompt, tools) spreads as soon as the head's
-  holders have work queued. (At 0.25, the earlier default, moves bought no time on the
-  benchmarks' traces and cost hit rate: docs/benchmarks.md.)
+  The margin prices what the cost leaves out, the copy left behind on the home (cache space
+  lost to duplication): a move must save `margin` (1) times the tokens it recomputes, plus
+  `margin_tokens` of hysteresis. A long conversation leaves its home only for a member far
+  ahead, while a new conversation whose only cached part is a short shared head (system
+  prompt, tools) spreads as soon as the head's holders have work queued. (At 0.25, the earlier
+  default, moves bought no time on the benchmarks' traces and cost hit rate.)
 - Ties break by walk order, so replicas with the same membership and the same loads agree;
   and a replica that never saw a conversation's earlier turns presumes them where any replica
   places a new conversation, the first member of its walk (holders).
