@@ -7,6 +7,7 @@ operator does not pay for the router.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -229,6 +230,12 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         help="names accepted as `model` (default: --model)",
     )
     add("--adapter", default="", help="adapter name, salted into block hashes")
+    add(
+        "--pod-name",
+        default=os.environ.get("POD_NAME"),
+        help="reported as `system_fingerprint` in every response, so clients can tell which "
+        "pod answered (default: $POD_NAME; none: the field is left out, as vLLM does)",
+    )
     cache = parser.add_argument_group("prefix cache")
     cache.add_argument("--block-size", type=int, default=16, help="tokens per block")
     cache.add_argument("--kv-cache-bytes", type=int, help="cache size in bytes (with the profile)")
@@ -285,6 +292,7 @@ def _run_sim(args: argparse.Namespace) -> None:
         model=args.model,
         served_model_names=tuple(args.served_model_name),
         adapter=args.adapter,
+        pod_name=args.pod_name,
         block_size=args.block_size,
         capacity_blocks=blocks,
         max_model_len=args.max_model_len,

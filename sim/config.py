@@ -67,6 +67,8 @@ class SimConfig:
     served_model_names: tuple[str, ...] = ()
     """Names accepted in `model`; the model itself when empty."""
     adapter: str = ""
+    pod_name: str | None = None
+    """Reported in every response (`system_fingerprint`): which pod answered."""
     block_size: int = 16
     capacity_blocks: int = 16_384
     max_model_len: int = 131_072

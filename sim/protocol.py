@@ -191,16 +191,28 @@ def usage(prompt_tokens: int, completion_tokens: int, cached: int) -> dict[str, 
 
 @dataclasses.dataclass(frozen=True)
 class Ids:
-    """The id, creation time and model every document of one response shares."""
+    """The id, creation time, model and pod every document of one response shares."""
 
     id: str
     created: int
     model: str
+    pod: str | None = None
+    """Reported as `system_fingerprint` (OpenAI's field naming the backend that answered), so
+    a client behind any router can tell which pod served it; omitted when unnamed, as vLLM
+    omits it."""
 
     @classmethod
-    def new(cls, kind: str, model: str) -> Ids:
+    def new(cls, kind: str, model: str, pod: str | None = None) -> Ids:
         prefix = "chatcmpl" if kind == "chat" else "cmpl"
-        return cls(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), model)
+        return cls(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), model, pod)
+
+    def header(self, obj: str) -> dict[str, Any]:
+        """The fields that open every document of the response."""
+        head: dict[str, Any] = {"id": self.id, "object": obj, "created": self.created,
+                                "model": self.model}  # fmt: skip
+        if self.pod is not None:
+            head["system_fingerprint"] = self.pod
+        return head
 
 
 def completion(
@@ -219,10 +231,7 @@ def completion(
         choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
         obj = "text_completion"
     return {
-        "id": ids.id,
-        "object": obj,
-        "created": ids.created,
-        "model": ids.model,
+        **ids.header(obj),
         "choices": [choice],
         "usage": usage(len(request.prompt), completion_tokens, cached),
     }
@@ -243,14 +252,14 @@ def chunk(
     else:
         choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
         obj = "text_completion"
-    return {"id": ids.id, "object": obj, "created": ids.created, "model": ids.model,
-            "choices": [choice]}  # fmt: skip
+    return {**ids.header(obj), "choices": [choice]}
 
 
 def usage_chunk(request: Request, ids: Ids, completion_tokens: int, cached: int) -> dict[str, Any]:
     """The last chunk when `stream_options.include_usage` is set: no choices, the usage."""
     obj = "chat.completion.chunk" if request.kind == "chat" else "text_completion"
     return {
-        "id": ids.id, "object": obj, "created": ids.created, "model": ids.model,
-        "choices": [], "usage": usage(len(request.prompt), completion_tokens, cached),
-    }  # fmt: skip
+        **ids.header(obj),
+        "choices": [],
+        "usage": usage(len(request.prompt), completion_tokens, cached),
+    }

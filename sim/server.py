@@ -115,7 +115,8 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
         sim.metrics.queries.inc(len(parsed.prompt))
         sim.metrics.hits.inc(generation.cached)
         sim.metrics.prompt_tokens.inc(len(parsed.prompt))
-        reply = _Reply(sim, parsed, protocol.Ids.new(kind, config.names[0]), generation.cached)
+        ids = protocol.Ids.new(kind, config.names[0], config.pod_name)
+        reply = _Reply(sim, parsed, ids, generation.cached)
         if parsed.stream:
             return await _stream(request, reply, generation, started=started, drop=drop)
         text: list[str] = []

@@ -15,7 +15,7 @@ import aiohttp
 import openai
 import pytest
 
-from tests.integration.conftest import StartSim, replace_timing
+from tests.integration.conftest import StartRouter, StartSim, endpoint, replace_timing
 
 SYSTEM = "You are the support agent of a large shop. " * 40  # ~400 tokens
 
@@ -206,7 +206,7 @@ def test_the_kvpin_sim_command_serves_and_sizes_its_cache_from_bytes() -> None:
     kvpin = pathlib.Path(sys.executable).parent / "kvpin"
     proc = subprocess.Popen(
         [str(kvpin), "sim", "--port", str(port), "--kv-cache-bytes", str(4 * 2**20),
-         "--served-model-name", "ep-cli", "--time-scale", "0"],
+         "--served-model-name", "ep-cli", "--time-scale", "0", "--pod-name", "ep-cli-0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -224,6 +224,7 @@ def test_the_kvpin_sim_command_serves_and_sizes_its_cache_from_bytes() -> None:
         sync.completions.create(model="ep-cli", prompt=prompt, max_tokens=1)
         again = sync.completions.create(model="ep-cli", prompt=prompt, max_tokens=1)
         assert again.usage.prompt_tokens_details.cached_tokens == 32
+        assert again.system_fingerprint == "ep-cli-0"
         other = list(range(100, 100 + 16 * 2 + 1))  # two new blocks evict both old ones
         sync.completions.create(model="ep-cli", prompt=other, max_tokens=1)
         assert (
@@ -260,3 +261,33 @@ async def test_the_debug_route_tells_what_the_cache_holds_and_is_off_by_default(
     assert before["cached_tokens"] == 0 and before["prompt_tokens"] == served
     assert served - 16 <= after["cached_tokens"] < served  # whole blocks; the last token never
     assert after["queued_prefill_tokens"] == 0 and after["prefilling"] == 0
+
+
+async def test_a_client_behind_the_router_can_tell_which_pod_answered(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    """Each pod names itself in `system_fingerprint`, through the router, streamed or not: the
+    turns of one conversation name the same pod, and the pod's own cache agrees."""
+    names = ("pod-0", "pod-1", "pod-2")
+    urls = [await start_sim(pod_name=name) for name in names]
+    router = await start_router(endpoint("ep-a", urls))
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi"}]
+    async with client(router) as c:
+        first = await c.chat.completions.create(model="ep-a", messages=messages, max_tokens=2)
+        messages += [{"role": "assistant", "content": "Hello"}, {"role": "user", "content": "?"}]
+        stream = await c.chat.completions.create(
+            model="ep-a", messages=messages, max_tokens=2, stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        chunks = [chunk async for chunk in stream]
+    assert first.system_fingerprint in names
+    assert {chunk.system_fingerprint for chunk in chunks} == {first.system_fingerprint}
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens > 0  # it found its first turn
+    async with aiohttp.ClientSession() as http:  # and the pod it named is the one that holds it
+        served = urls[names.index(first.system_fingerprint)]
+        async with http.post(f"{served}/reset_prefix_cache") as r:
+            assert r.status == 200
+    async with client(router) as c:
+        again = await c.chat.completions.create(model="ep-a", messages=messages, max_tokens=2)
+    assert again.system_fingerprint == first.system_fingerprint
+    assert again.usage.prompt_tokens_details.cached_tokens == 0  # flushed: it was that pod

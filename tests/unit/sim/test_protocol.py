@@ -71,3 +71,19 @@ def test_error_document_shape() -> None:
     body = protocol.ProtocolError(413, "too big").to_body()
     assert body == {"error": {"message": "too big", "type": "invalid_request_error",
                               "param": None, "code": None}}  # fmt: skip
+
+
+def test_a_named_pod_is_in_every_document_of_the_response_and_an_unnamed_one_nowhere() -> None:
+    request = parse({**CHAT, "stream": True, "stream_options": {"include_usage": True}})
+    for pod, expected in (("pod-2", {"pod-2"}), (None, set())):
+        ids = protocol.Ids.new("chat", "ep-a", pod)
+        documents = [
+            protocol.completion(request, ids, "x", 1, 0),
+            protocol.chunk(request, ids, "x", first=True),
+            protocol.chunk(request, ids, None, finish="length"),
+            protocol.usage_chunk(request, ids, 1, 0),
+        ]
+        for document in documents:
+            assert document["id"] == ids.id
+            found = {document["system_fingerprint"]} if "system_fingerprint" in document else set()
+            assert found == expected
