@@ -37,12 +37,18 @@ class Replay:
 
 
 async def _send(
-    session: aiohttp.ClientSession, url: str, body: dict[str, Any], session_id: str | None
+    session: aiohttp.ClientSession,
+    url: str,
+    body: dict[str, Any],
+    session_id: str | None,
+    request: int,
 ) -> tuple[Record, str]:
+    """Send the `request`th body; its record and the answer's text."""
     started = time.monotonic()
     ttft = None
     text: list[str] = []
     usage: dict[str, Any] = {}
+    pod = None
     headers = {"X-Session-ID": session_id} if session_id else {}
     try:
         async with session.post(
@@ -55,6 +61,7 @@ async def _send(
                 if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
                     continue
                 event = json.loads(line[6:])
+                pod = pod or event.get("system_fingerprint")
                 for choice in event.get("choices") or []:
                     content = (choice.get("delta") or {}).get("content")
                     if content:
@@ -62,7 +69,7 @@ async def _send(
                         text.append(content)
                 usage = event.get("usage") or usage
     except (TimeoutError, aiohttp.ClientError, ValueError):
-        return Record(body["model"], started, 0.0, 0, 0, False), ""
+        return Record(body["model"], started, 0.0, 0, 0, False, request=request), ""
     details = usage.get("prompt_tokens_details") or {}
     record = Record(
         endpoint=body["model"],
@@ -71,6 +78,8 @@ async def _send(
         prompt_tokens=int(usage.get("prompt_tokens", 0)),
         cached_tokens=int(details.get("cached_tokens", 0)),
         ok=bool(usage),
+        pod=pod if isinstance(pod, str) else None,
+        request=request,
     )
     return record, "".join(text)
 
@@ -88,7 +97,7 @@ async def _turn(
     url = await target.choose(conversation.endpoint, body)
     result.bodies.append(body)
     try:
-        record, answer = await _send(session, url, body, conversation.id)
+        record, answer = await _send(session, url, body, conversation.id, len(result.bodies) - 1)
     finally:
         target.done(url)
     result.records.append(record)
@@ -180,11 +189,12 @@ async def replay_trace(
     result = Replay()
     result.bodies = [traces.build_body(endpoint, r) for r in requests]
 
-    async def one(session: aiohttp.ClientSession, at_s: float, body: dict[str, Any]) -> None:
+    async def one(session: aiohttp.ClientSession, index: int, at_s: float) -> None:
         await asyncio.sleep(max(0.0, started + at_s / speed - time.monotonic()))
+        body = result.bodies[index]
         url = await target.choose(endpoint, body)
         try:
-            record, _ = await _send(session, url, body, None)
+            record, _ = await _send(session, url, body, None, index)
         finally:
             target.done(url)
         result.records.append(record)
@@ -194,9 +204,7 @@ async def replay_trace(
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         started = time.monotonic()
-        await asyncio.gather(
-            *(one(session, r.at_s, body) for r, body in zip(requests, result.bodies, strict=True))
-        )
+        await asyncio.gather(*(one(session, i, r.at_s) for i, r in enumerate(requests)))
     result.makespan_s = time.monotonic() - started
     await target.close()
     return result

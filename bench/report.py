@@ -17,19 +17,24 @@ def markdown(summaries: Sequence[Summary]) -> str:
     lines = [
         "| policy | token hit rate | infinite-cache bound | of bound | TTFT p50 ms | TTFT p99 ms "
         "| TTFT mean ms | prefill tokens | makespan s | req/s | spread (max/mean) "
-        "| prefix breaks | left home | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| prefix breaks | left home | followed | kept | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in summaries:
-        of_bound = "—" if math.isnan(s.of_bound) else f"{s.of_bound:.1%}"
+        of_bound = _share(s.of_bound)
         lines.append(
             f"| {s.policy} | {s.hit_rate:.1%} | {s.bound:.1%} | {of_bound} "
             f"| {s.ttft_p50_s * 1e3:.1f} | {s.ttft_p99_s * 1e3:.1f} | {s.ttft_mean_s * 1e3:.1f} "
             f"| {s.prefill_tokens:,} | {s.makespan_s:.2f} "
             f"| {s.throughput_rps:.1f} | {s.spread:.2f} "
-            f"| {_count(s.prefix_breaks)} | {_count(s.left_home)} | {s.errors} |"
+            f"| {_count(s.prefix_breaks)} | {_count(s.left_home)} "
+            f"| {_share(s.followed)} | {_share(s.kept)} | {s.errors} |"
         )
     return "\n".join(lines)
+
+
+def _share(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:.1%}"
 
 
 def _count(n: int | None) -> str:

@@ -161,6 +161,7 @@ def _pools(config: BenchConfig, endpoints: Sequence[str]) -> Iterator[dict[str, 
                     "--decode-tps", str(config.decode_tps),
                     "--time-scale", str(config.time_scale), "--log-level", "WARNING",
                     "--max-model-len", str(config.max_model_len), "--debug-routes",
+                    "--pod-name", f"{endpoint}-{len(pools.get(endpoint, ()))}",
                 ]  # fmt: skip
                 stack.enter_context(processes.running(command, health_url=f"{url}/health"))
                 pools.setdefault(endpoint, []).append(url)
@@ -358,6 +359,7 @@ def _each_policy(
             out.append((scoring.summarize(
                 policy, result.records, bound=bound(result), makespan_s=result.makespan_s,
                 per_pod=per_pod, prefix_breaks=breaks, left_home=left,
+                placed=scoring.affinity(result.records, result.bodies),
             ), result))  # fmt: skip
             time.sleep(0.2)
     return out

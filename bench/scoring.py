@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Any
 
 from kvpin.sim import cache, tokens
@@ -25,6 +25,26 @@ class Record:
     prompt_tokens: int
     cached_tokens: int
     ok: bool
+    pod: str | None = None
+    """The pod that answered, as it named itself (`system_fingerprint`), if it did."""
+    request: int | None = None
+    """The index of its body among the replay's bodies."""
+
+
+def _blocks(body: Mapping[str, Any], block_size: int, salt: int) -> tuple[list[int], int]:
+    """The hashes of the blocks of a chat body's prompt that can be found cached (the
+    simulator's tokenizer and rules), and the prompt's length in tokens."""
+    prompt = tokens.render_chat(body["messages"], body.get("tools"))
+    hashes = cache.block_hashes(prompt, block_size=block_size, salt=salt)
+    return hashes[: cache.cacheable_blocks(len(prompt), block_size)], len(prompt)
+
+
+def _seen(hashes: Sequence[int], known: Container[int]) -> int:
+    """How many leading blocks are `known`."""
+    n = 0
+    while n < len(hashes) and hashes[n] in known:
+        n += 1
+    return n
 
 
 def infinite_cache_hits(
@@ -34,17 +54,64 @@ def infinite_cache_hits(
     seen: dict[str, set[int]] = {}
     hit = total = 0
     for body in bodies:
-        prompt = tokens.render_chat(body["messages"], body.get("tools"))
-        hashes = cache.block_hashes(prompt, block_size=block_size, salt=salt)
+        hashes, length = _blocks(body, block_size, salt)
         known = seen.setdefault(str(body["model"]), set())
-        limit = cache.cacheable_blocks(len(prompt), block_size)
-        n = 0
-        while n < min(limit, len(hashes)) and hashes[n] in known:
-            n += 1
-        hit += n * block_size
-        total += len(prompt)
+        hit += _seen(hashes, known) * block_size
+        total += length
         known.update(hashes)
     return hit, total
+
+
+@dataclasses.dataclass(frozen=True)
+class Affinity:
+    """Where a policy sent requests whose prefix had been sent before, and what they found.
+
+    A hit rate below the bound is lost in one of two places: requests sent away from the pods
+    that had their prefix (`followed` low), or pods that no longer held it when they came back
+    (`kept` low: evicted, or not computed yet). Two policies with the same hit rate can lose it
+    in opposite ways: one sticks and thrashes its caches, the other spreads and recomputes.
+    """
+
+    prefixed: int  # requests whose leading blocks an earlier request had sent
+    followed: float  # of those, the share sent to a pod their prefix had been sent to
+    kept: float  # of the prefix tokens of those that followed, the share found cached there
+
+
+def affinity(
+    records: Iterable[Record],
+    bodies: Sequence[Mapping[str, Any]],
+    *,
+    block_size: int = 16,
+    salt: int = 0,
+) -> Affinity | None:
+    """The affinity of one replay (its answered records, in the order they were sent); None
+    when the pods did not name themselves (`kvpin sim --pod-name`)."""
+    answered = sorted(
+        (r for r in records if r.ok and r.pod is not None and r.request is not None),
+        key=lambda r: r.started,
+    )
+    if not answered:
+        return None
+    sent: dict[str, dict[int, set[str]]] = {}  # endpoint -> block -> pods it was sent to
+    prefixed = followed = prefix_tokens = kept_tokens = 0
+    for r in answered:
+        assert r.pod is not None and r.request is not None
+        hashes, _ = _blocks(bodies[r.request], block_size, salt)
+        pods_of = sent.setdefault(r.endpoint, {})
+        n = _seen(hashes, pods_of)
+        if n:
+            prefixed += 1
+            if r.pod in pods_of[hashes[n - 1]]:
+                followed += 1
+                prefix_tokens += n * block_size
+                kept_tokens += min(r.cached_tokens, n * block_size)
+        for h in hashes:
+            pods_of.setdefault(h, set()).add(r.pod)
+    return Affinity(
+        prefixed=prefixed,
+        followed=followed / prefixed if prefixed else math.nan,
+        kept=kept_tokens / prefix_tokens if prefix_tokens else math.nan,
+    )
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -86,6 +153,10 @@ class Summary:
     prefill_tokens: int = 0
     """Prompt tokens the pool computed (not found cached): what a GPU bill follows."""
     ttft_p90_s: float = math.nan
+    followed: float = math.nan
+    """Of the requests whose prefix had been sent before, the share sent where it had gone."""
+    kept: float = math.nan
+    """Of the prefix tokens of those, the share the pod still held (Affinity)."""
     rounds: int = 1
     """Runs these figures are the mean of (combine)."""
 
@@ -103,6 +174,7 @@ def summarize(
     per_pod: Mapping[str, int],
     prefix_breaks: int | None = None,
     left_home: int | None = None,
+    placed: Affinity | None = None,
 ) -> Summary:
     """The figures of one replay."""
     ok = [r for r in records if r.ok]
@@ -124,6 +196,8 @@ def summarize(
         left_home=left_home,
         prefill_tokens=prompt - sum(r.cached_tokens for r in ok),
         ttft_p90_s=percentile(ttfts, 90),
+        followed=placed.followed if placed else math.nan,
+        kept=placed.kept if placed else math.nan,
     )
 
 

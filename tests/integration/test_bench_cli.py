@@ -33,6 +33,7 @@ def check(rows: list[dict], requests: int) -> None:
         measured = r["policy"] == "kvpin"  # read off the kvpin router's metrics
         assert (r["left_home"] is not None) == measured, r["policy"]
         assert (r["prefix_breaks"] is not None) == measured, r["policy"]
+        assert 0 <= r["followed"] <= 1 and 0 <= r["kept"] <= 1, r["policy"]  # pods named
 
 
 def test_the_workload_bench_replays_the_same_turns_through_every_policy(

@@ -81,12 +81,17 @@ async def test_trace_replay_sends_each_request_and_shared_blocks_are_found_cache
     start_sim: StartSim,
 ) -> None:
     requests = traces.synthetic(conversations=3, turns=2, duration_s=1.0, seed=3)
-    sim = await start_sim(served_model_names=("ep-0",))
+    sims = [await start_sim(served_model_names=("ep-0",), pod_name=f"p{i}") for i in range(2)]
     done = await replay.replay_trace(
-        requests, "ep-0", targets.Baseline("round-robin", {"ep-0": [sim]}), speed=4.0
+        requests, "ep-0", targets.Baseline("round-robin", {"ep-0": sims}), speed=4.0
     )
     assert len(done.records) == len(requests)
     assert all(r.ok for r in done.records)
+    assert {r.pod for r in done.records} == {"p0", "p1"}  # each answer names its pod
+    assert sorted(r.request for r in done.records) == list(range(len(requests)))
+    for record in done.records:  # and its body is the request of the trace it answered
+        tokens = done.bodies[record.request]["max_tokens"]
+        assert tokens == requests[record.request].output_length
     for record in done.records:
         assert record.prompt_tokens > 0
         assert record.cached_tokens <= record.prompt_tokens

@@ -19,16 +19,17 @@ def summary(policy: str, **fields: object) -> Summary:
 
 def test_the_policy_table_has_one_row_per_policy_with_every_figure() -> None:
     table = report.markdown(
-        [summary("kvpin", prefix_breaks=3, left_home=7), summary("random", bound=0.0)]
-    )
+        [summary("kvpin", prefix_breaks=3, left_home=7, followed=0.875, kept=0.6),
+         summary("random", bound=0.0)]
+    )  # fmt: skip
     header, rule, kvpin, random = table.splitlines()
     assert header.count("|") == rule.count("|") == kvpin.count("|") == random.count("|")
     cells = [c.strip() for c in kvpin.strip("|").split("|")]
     assert cells == ["kvpin", "50.0%", "80.0%", "62.5%", "12.0", "250.4", "30.0", "123,456",
-                     "12.35", "8.1", "1.25", "3", "7", "0"]  # fmt: skip
+                     "12.35", "8.1", "1.25", "3", "7", "87.5%", "60.0%", "0"]  # fmt: skip
     assert "| random | 50.0% | 0.0% | — |" in random  # no bound: no share of it
-    assert random.split("|")[-4].strip() == "—"  # prefix breaks not measured
-    assert random.split("|")[-3].strip() == "—"  # nor requests that left their home
+    cells = [c.strip() for c in random.strip("|").split("|")]
+    assert cells[-5:-1] == ["—"] * 4  # breaks, left home, followed, kept: not measured
 
 
 def test_json_rows_carry_the_share_of_the_bound_and_no_nan() -> None:

@@ -70,3 +70,36 @@ def test_runs_of_one_policy_combine_into_means_with_every_error_kept() -> None:
     assert a.prefill_tokens == 70  # (80 + 60) / 2
     assert combined[1] is b  # one run: as it was
     assert scoring.combine([run("b", 0.9, 0, None), b])[0].prefix_breaks is None  # not measured
+
+
+def test_affinity_tells_requests_that_went_where_their_prefix_was_from_those_that_did_not() -> None:
+    text = " ".join(f"w{i}" for i in range(100))
+    turn1 = body("ep-a", text)
+    turn2 = body("ep-a", text, "a second turn that extends the first")
+    other = body("ep-a", "something else entirely " * 20)
+    bodies = [turn1, turn2, other, turn2, body("ep-b", text)]
+    blocks = (len(tokens.render_chat(turn1["messages"])) - 1) // 16  # what turn 2 shares
+    record = scoring.Record
+    records = [
+        record("ep-a", 0.0, 0.1, 0, 0, True, pod="a", request=0),
+        record("ep-a", 1.0, 0.1, 0, blocks * 16 // 2, True, pod="a", request=1),  # followed
+        record("ep-a", 2.0, 0.1, 0, 0, True, pod="b", request=2),  # new: no prefix
+        record("ep-a", 3.0, 0.1, 0, 0, True, pod="b", request=3),  # left: sent elsewhere
+        record("ep-b", 4.0, 0.1, 0, 0, True, pod="a", request=4),  # another endpoint: new
+        record("ep-a", 5.0, 0.0, 0, 0, False, pod=None, request=3),  # failed: not counted
+    ]
+    placed = scoring.affinity(reversed(records), bodies)  # any order: by when they were sent
+    assert placed is not None
+    assert placed.prefixed == 2
+    assert placed.followed == 0.5
+    assert placed.kept == pytest.approx(0.5)  # half the blocks it followed were still there
+    summary = scoring.summarize("p", records, bound=(1, 2), makespan_s=1.0, per_pod={"a": 1},
+                                placed=placed)  # fmt: skip
+    assert (summary.followed, summary.kept) == (0.5, pytest.approx(0.5))
+
+
+def test_affinity_needs_pods_that_name_themselves() -> None:
+    records = [scoring.Record("ep-a", 0.0, 0.1, 10, 0, True, request=0)]
+    assert scoring.affinity(records, [body("ep-a", "hi")]) is None
+    summary = scoring.summarize("p", records, bound=(1, 2), makespan_s=1.0, per_pod={"a": 1})
+    assert math.isnan(summary.followed) and math.isnan(summary.kept)
