@@ -161,6 +161,8 @@ def _probe(spec: EndpointSpec, kind: str, **timing: int) -> dict[str, Any]:
 
 def _container(spec: EndpointSpec, runtime: engines.EngineRuntime) -> dict[str, Any]:
     env = [{"name": k, "value": v} for k, v in runtime.env]
+    env += [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+            for k, path in runtime.field_env]  # fmt: skip
     if spec.engine.hub_token_secret:
         name, key = spec.engine.hub_token_secret
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": name, "key": key}}})

@@ -35,6 +35,8 @@ class EngineRuntime:
     command: tuple[str, ...]
     args: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    field_env: tuple[tuple[str, str], ...] = ()
+    """Env vars set from the pod's own fields (the downward API): name, field path."""
 
 
 def build_runtime(spec: EndpointSpec, *, sim_image: str) -> EngineRuntime:
@@ -93,6 +95,7 @@ def build_runtime(spec: EndpointSpec, *, sim_image: str) -> EngineRuntime:
                 *engine.args,
             ),
             env=env,
+            field_env=(("POD_NAME", "metadata.name"),),  # it names the pod in every answer
         )  # fmt: skip
     # custom: validated by spec.parse to have an image and a command
     return EngineRuntime(

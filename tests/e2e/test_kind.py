@@ -127,6 +127,10 @@ def test_turns_of_a_conversation_hit_one_member_and_its_cache(router_url: str) -
         model=NAME, messages=messages, max_tokens=8
     )
     assert second.headers["x-kvpin-member"] == first.headers["x-kvpin-member"]
+    # the pod that answered names itself (the operator gives the sim its POD_NAME): the router's
+    # member is that pod, not only its word for it
+    assert answer.system_fingerprint == first.headers["x-kvpin-member"]
+    assert second.parse().system_fingerprint == first.headers["x-kvpin-member"]
     block = SimConfig().block_size
     whole_first = cacheable_blocks(answer.usage.prompt_tokens, block) * block
     assert second.parse().usage.prompt_tokens_details.cached_tokens >= whole_first

@@ -382,3 +382,11 @@ def test_the_hub_token_comes_from_a_secret_and_user_env_follows() -> None:
         "name": "HF_TOKEN",
         "valueFrom": {"secretKeyRef": {"name": "hf", "key": "hf_token"}},
     } in container["env"]
+
+
+def test_a_simulated_pod_is_told_its_own_name_by_the_downward_api() -> None:
+    sts, _, _ = render(**gpu_endpoint(engine={"preset": "sim"}))
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in (
+        container["env"]
+    )

@@ -124,6 +124,7 @@ def test_every_preset_renders_its_whole_command_line() -> None:
          "--served-model-name", "support", "--kv-cache-bytes", str(512 * 2**20),
          "--time-scale", "0.1"),
         (*ENV, ("KVPIN_VRAM_RESERVATION_BYTES", str(512 * 2**20))),
+        (("POD_NAME", "metadata.name"),),  # kvpin sim --pod-name's default: the pod's name
     )  # fmt: skip
 
 
