@@ -32,7 +32,8 @@ request that the member does not hold, over the member's prefill rate. Then:
   saturated pool every member has a queue, and a move's recomputed prefill would delay every
   request behind it, so conversations stay home. What leaving spares the home's queue is not
   counted: a home's queue in a burst drains when the burst passes, and counting it moved more
-  conversations off their caches on the bursty trace and lost hit rate there (docs/benchmarks.md).
+  conversations off their caches on the bursty trace and lost hit rate there
+  (docs/benchmark-history.md, session 15).
   The margin prices what the cost leaves out, the copy left behind on the home (cache space
   lost to duplication): a move must save `margin` (1) times the tokens it recomputes, plus
   `margin_tokens` of hysteresis. A long conversation leaves its home only for a member far

@@ -8,7 +8,7 @@ the turns before it, with what that replica knows of each member's cache. Withou
 that never saw a conversation's earlier turns can only presume where they went
 (router.placement.holders), and replicas that learned different holders of one system prompt
 send its conversations to different members: three replicas behind a round-robin client lose
-points of hit rate to one (docs/benchmarks.md).
+points of hit rate to one (docs/benchmarks.md, docs/benchmark-history.md).
 
 The owner of a key is chosen by rendezvous hashing (the replica with the highest hash of key
 and replica): every replica computes the same owner from the same list, and a replica that

@@ -93,7 +93,7 @@ def within_bound(
     turns away from the member holding its prefix whenever a burst lands a few requests on it.
     At 2, a member with three of the pool's five requests in flight passed a fourth over: on
     the bursty trace that cost 1.5 points of hit rate and a higher TTFT, and on `long` hit rate
-    (docs/benchmarks.md, session 12). Three relaying replicas with a floor of 4 each let 12
+    (docs/benchmark-history.md, session 12). Three relaying replicas with a floor of 4 each let 12
     requests pile on one member before the cap: on `long` their makespan grew by a tenth.
     """
     bound = max(floor, math.ceil(load_factor * (sum(loads.values()) + 1) / max(size, 1)))
