@@ -87,6 +87,11 @@ class Estimates:
         waiting_work = others_waiting * self.mean_uncached.get(endpoint, 1024.0)
         return self.pending[key] + waiting_work + DECODE_TOKENS * running
 
+    def unadmitted(self, endpoint: str, member: str) -> float:
+        """Uncached tokens sent to `member` whose first token has not come: what it has not
+        prefilled yet, nor taken cache blocks for (router.holdings.Holdings.admitting)."""
+        return self.pending.get((endpoint, member), 0.0)
+
     def waiting_at(self, endpoint: str, member: str, engine: EngineLoad | None) -> float:
         """Requests on `member` still waiting for their first token: this replica's, and
         those of other replicas that the engine's scrape shows waiting (as in queued)."""

@@ -78,6 +78,7 @@ class Holdings:
     def __init__(self, max_bytes: int = 32 * 2**20) -> None:
         self.max_entries = max(1, max_bytes // ENTRY_BYTES)
         self._capacity: dict[str, float] = {}  # chunks each member's cache holds, where known
+        self._unadmitted: dict[str, float] = {}  # chunks sent to each, not yet in its cache
         self._sent: dict[str, collections.OrderedDict[bytes, None]] = {}
 
     @staticmethod
@@ -125,9 +126,20 @@ class Holdings:
             if member in self._sent:
                 self._trim(member, self._sent[member])
 
+    def admitting(self, member: str, chunks: float) -> None:
+        """`member` was sent prompts of this many uncached chunks that it has not prefilled
+        yet. An engine takes cache blocks for a request when it admits it from its queue, so
+        until then they have evicted nothing: under a long queue, trimming at once would
+        believe histories gone that are still there when their next turn arrives."""
+        if self._unadmitted.get(member, 0.0) != chunks:
+            self._unadmitted[member] = chunks
+            if member in self._sent:
+                self._trim(member, self._sent[member])
+
     def _trim(self, member: str, sent: collections.OrderedDict[bytes, None]) -> None:
         """Drop what `member` has evicted by now, and its share of the table's bound."""
-        room = min(self._capacity.get(member, math.inf), self.max_entries / len(self._sent))
+        cache = self._capacity.get(member, math.inf) + self._unadmitted.get(member, 0.0)
+        room = min(cache, self.max_entries / len(self._sent))
         while len(sent) > max(1, room):
             sent.popitem(last=False)
 
@@ -143,6 +155,7 @@ class Holdings:
         for member in members:
             self._sent.pop(member, None)
             self._capacity.pop(member, None)
+            self._unadmitted.pop(member, None)
 
     def __len__(self) -> int:
         return sum(map(len, self._sent.values()))

@@ -355,6 +355,7 @@ class Proxy:
             size = routing.cache_tokens or (engine.capacity if engine is not None else None)
             if size:
                 table.resize(name, self.estimates.chars(ep, size) / holdings.CHUNK_CHARS)
+            self._admitting(ep, name)
         held = table.held(facts.scope, facts.chunks)
 
         by_conversation, spread = placement.new_conversations(
@@ -537,6 +538,7 @@ class Proxy:
         there (taken back if it fails or is refused: the prompt never reached that cache)."""
         assert self.session is not None
         index = self._holdings(ep)
+        self._admitting(ep, member.name)  # this request's prefill included (Prefill)
         recorded = index.record(facts.scope, facts.chunks, member.name)
         try:
             async with asyncio.timeout(self.settings.timeouts.first_byte):
@@ -549,6 +551,10 @@ class Proxy:
         if upstream.status >= 300:
             index.retract(recorded, member.name)
         return upstream
+
+    def _admitting(self, ep: str, member: str) -> None:
+        unadmitted = self.estimates.chars(ep, self.estimates.unadmitted(ep, member))
+        self._holdings(ep).admitting(member, unadmitted / holdings.CHUNK_CHARS)
 
     async def _error_answer(self, upstream: aiohttp.ClientResponse) -> web.Response:
         """A member's 5xx answer, to relay if no other member does better.

@@ -152,3 +152,25 @@ def test_the_index_guesses_evictions_as_the_simulated_engine_makes_them() -> Non
             held = engine.match(hashes, len(earlier) + 1) // per_chunk
             assert h.held(b"", names(hashes)).get("pod", 0) == held
     assert h.held(b"", names(cache.block_hashes(prompts[1], block_size=1))) == {}  # evicted
+
+
+def test_prompts_queued_on_a_member_evict_nothing_until_it_admits_them() -> None:
+    h = holdings.Holdings()
+    h.resize("pod", 6)
+    a, b, c, d = (chunks(x * (n * C)) for x, n in (("a", 2), ("b", 3), ("c", 3), ("d", 2)))
+    h.record(b"", a, "pod")
+    h.record(b"", b, "pod")
+    h.admitting("pod", 5)  # c and d sent, waiting in the engine's queue
+    h.record(b"", c, "pod")
+    h.record(b"", d, "pod")
+    assert [h.held(b"", p) for p in (a, b, c, d)] == [{"pod": n} for n in (2, 3, 3, 2)]
+    h.admitting("pod", 2)  # c admitted: its blocks took the least recent, a's
+    assert [h.held(b"", p) for p in (a, b, c, d)] == [{}, {"pod": 3}, {"pod": 3}, {"pod": 2}]
+    h.admitting("pod", 0)  # d too: then b's tail
+    assert [h.held(b"", p) for p in (a, b, c, d)] == [{}, {"pod": 1}, {"pod": 3}, {"pod": 2}]
+    h.admitting("pod", 5)
+    h.forget(["pod"])
+    h.resize("pod", 6)
+    for prompt in (b, c, d):
+        h.record(b"", prompt, "pod")
+    assert h.held(b"", b) == {"pod": 1}  # a member that left takes its queue with it
