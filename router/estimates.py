@@ -88,8 +88,10 @@ class Estimates:
         return self.pending[key] + waiting_work + DECODE_TOKENS * running
 
     def unadmitted(self, endpoint: str, member: str) -> float:
-        """Uncached tokens sent to `member` whose first token has not come: what it has not
-        prefilled yet, nor taken cache blocks for (router.holdings.Holdings.admitting)."""
+        """Uncached tokens sent to `member` whose first token has not come: at most what it
+        has not taken cache blocks for yet (router.holdings.Holdings.admitting). An upper
+        bound: a prompt being prefilled has taken some (vLLM, chunk by chunk) or all (kvpin
+        sim, at admission) of its blocks already."""
         return self.pending.get((endpoint, member), 0.0)
 
     def waiting_at(self, endpoint: str, member: str, engine: EngineLoad | None) -> float:

@@ -8,6 +8,11 @@ the index keeps the names of the chunks it was sent, least recently sent first, 
 engine keeps its blocks: when a member's cache size is known (`resize`, in chunks, from its
 metrics or configured), the least recently sent chunks beyond it are dropped as the engine's
 LRU evicts them (within a prompt the tail first, as vLLM frees a request's blocks tail first).
+Prompts sent to a member and not yet prefilled (`admitting`) count as room on top of its cache:
+an engine takes blocks for a request when it admits it from its queue, so under a long queue
+trimming at send time would believe histories gone that are still there when their next turn
+arrives (on a saturated replay, 487,000 tokens held against 14,000 believed, for the turns it
+then placed elsewhere; docs/benchmark-history.md, session 17).
 The leading run of a request's chunks found with a member is the prefix it probably holds: a
 conversation's previous turn on its home, a shared system prompt and tools on every member that
 served them, a RAG document wherever it went. It is a coarse radix tree over the router's own
