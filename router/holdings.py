@@ -133,9 +133,7 @@ class Holdings:
 
     def admitting(self, member: str, chunks: float) -> None:
         """`member` was sent prompts of this many uncached chunks that it has not prefilled
-        yet. An engine takes cache blocks for a request when it admits it from its queue, so
-        until then they have evicted nothing: under a long queue, trimming at once would
-        believe histories gone that are still there when their next turn arrives."""
+        yet: room on top of its cache, until it admits them (why: the module's docstring)."""
         if self._unadmitted.get(member, 0.0) != chunks:
             self._unadmitted[member] = chunks
             if member in self._sent:
