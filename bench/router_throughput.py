@@ -71,7 +71,8 @@ def decision_cost(prompt_bytes: int = 32 * 1024, members: int = 8) -> float:
 
 
 def conversation_bytes(conversations: int = 20_000) -> float:
-    """Bytes the break detector holds per conversation (traced allocations, 40-turn histories)."""
+    """Bytes the break detector holds per conversation (traced allocations, 40-turn histories),
+    where its last turn went included."""
 
     def body(c: int) -> bytes:
         messages = [{"role": "user", "content": f"conversation {c} turn {t}"} for t in range(40)]
@@ -82,7 +83,9 @@ def conversation_bytes(conversations: int = 20_000) -> float:
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     for c in range(conversations):
-        detector.observe(keys.digest("c", str(c)), turns[c % len(turns)].turn)
+        conversation = keys.digest("c", str(c))
+        detector.observe(conversation, turns[c % len(turns)].turn)
+        detector.sent(conversation, "pod-0")  # where it went, as the proxy records
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     return held / conversations

@@ -14,9 +14,13 @@ rewritten or dropped, as summarizing clients do). Each of these costs the cache 
 after the change. (An edit within the last, partial chunk of a grown message goes unreported:
 it costs the cache less than a chunk.)
 
+The detector also keeps the member this replica sent the conversation's latest turn to: the
+placement index (router.holdings) names whole chunks only, so where a turn's tail of less than
+a chunk went is known only here (router.placement.holders).
+
 Memory is bounded in bytes: `capacity` conversations at most, least recently seen dropped first,
-each one key and one 40-byte record however long its history (`kvpin bench router` measures it
-with Python's overhead).
+each one key, one 40-byte record however long its history, and a reference to a member's name
+(`kvpin bench router` measures it with Python's overhead).
 """
 
 from __future__ import annotations
@@ -94,20 +98,38 @@ def compare(before: bytes, now: Turn) -> str | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class Seen:
+    """What is remembered of a conversation's previous turn, as its next one arrives."""
+
+    broken: str | None = None  # the zone that broke the prefix since then, if any
+    member: str | None = None  # where this replica sent it
+
+
 class BreakDetector:
-    """Remembers the last turn of recent conversations."""
+    """Remembers the last turn of recent conversations, and where it was sent."""
 
     def __init__(self, capacity: int = 100_000) -> None:
         self.capacity = capacity
-        self._turns: collections.OrderedDict[str, bytes] = collections.OrderedDict()
+        self._turns: collections.OrderedDict[str, tuple[bytes, str | None]] = (
+            collections.OrderedDict()
+        )
 
-    def observe(self, conversation: str, now: Turn) -> str | None:
-        """Record this turn; the zone that broke the prefix since the last turn, or None."""
-        before = self._turns.pop(conversation, None)
-        self._turns[conversation] = now.record()
+    def observe(self, conversation: str, now: Turn) -> Seen:
+        """Record this turn; what is known of the turn before it."""
+        before, member = self._turns.pop(conversation, (None, None))
+        self._turns[conversation] = (now.record(), None)
         if len(self._turns) > self.capacity:
             self._turns.popitem(last=False)
-        return compare(before, now) if before is not None else None
+        if before is None:
+            return Seen()
+        broken = compare(before, now)
+        return Seen(broken, None if broken else member)
+
+    def sent(self, conversation: str, member: str) -> None:
+        """This conversation's latest turn went to `member`."""
+        if conversation in self._turns:
+            self._turns[conversation] = (self._turns[conversation][0], member)
 
     def __len__(self) -> int:
         return len(self._turns)

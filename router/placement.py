@@ -122,6 +122,7 @@ def holders(
     tokens: Callable[[int], int],
     slack_chars: int,
     order: Iterable[str] = (),
+    last: str | None = None,
 ) -> tuple[str | None, dict[str, int]]:
     """The request's home among `walk`, and the tokens of it each member there probably holds.
 
@@ -136,6 +137,14 @@ def holders(
     loads are even (decide). What this replica knows of its earlier turns does not change
     that: another replica, not knowing them, presumed the same and may have sent a later turn
     there, so that every replica's guess converges on one member.
+
+    A later turn whose previous prompt this replica sent to `last`, and of which `last` still
+    holds all but less than a chunk (`slack_chars`), has its home there, holding the previous
+    prompt: the index names whole chunks only, so the short turns of a chat with a long system
+    prompt were invisible in it, and each was placed as new, often off the member holding
+    its history. Where the index dropped more of the previous prompt than that (the
+    engine evicted it, by the index's guess), `last` is not believed; nor where a member holds
+    the whole previous prompt already (the index sees where it is).
     """
     cached = {m: min(prompt_tokens, tokens(chars[m])) for m in walk if chars.get(m)}
     if previous_tokens > tokens(max(chars.values(), default=0) + slack_chars):
@@ -143,6 +152,11 @@ def holders(
         assert home is not None  # walk is never empty
         cached[home] = max(cached.get(home, 0), previous_tokens)
         return home, cached
+    if last in walk and max(cached.values(), default=0) < previous_tokens <= tokens(
+        chars.get(last, 0) + slack_chars
+    ):  # the previous turn's tail is shorter than a chunk: the index cannot see it
+        cached[last] = previous_tokens
+        return last, cached
     return home_of(chars, walk, order), cached
 
 

@@ -550,3 +550,32 @@ async def test_a_prompt_is_known_where_it_was_sent_before_its_answer_ends(
                 question = {"role": "user", "content": f"question {i}"}
                 assert (await chat(session, router, [system, question]))[0] == home
             await first.read()
+
+
+async def test_a_short_turn_stays_where_its_conversation_went_while_that_member_is_busy(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    # Chat turns shorter than a chunk of the placement index: beyond the shared system prompt
+    # the index names nothing of the conversation, so it cannot say where the history is. The
+    # router remembers where it sent the conversation's previous turn, and a later turn goes
+    # there although that member is busier (by a decode) than another holding the head.
+    slow = replace_timing(decode_tokens_per_s=20)
+    router = await start_router(
+        endpoint("ep-a", await pool(start_sim, 4, timing=slow)), engine_metrics_interval=0
+    )
+    system = {"role": "system", "content": LONG_SYSTEM}
+    async with aiohttp.ClientSession() as session:
+        for c in range(8):  # the head opens every conversation: it is spread over the pool
+            await chat(session, router, [system, {"role": "user", "content": f"hello {c}"}])
+        first = [system, {"role": "user", "content": "Where is my parcel?"}]
+        home, body = await chat(session, router, first)
+        again = {"model": "ep-a", "stream": True, "max_tokens": 2000, "messages": first}
+        async with session.post(f"{router}/v1/chat/completions", json=again) as busy:
+            assert busy.headers["X-Kvpin-Member"] == home  # the same turn again: same member
+            await busy.content.readany()  # prefilled; decoding for a long while
+            second = [*first, body["choices"][0]["message"], {"role": "user", "content": "Hm?"}]
+            member, answer = await chat(session, router, second)
+            assert member == home
+            # its whole previous prompt is cached there, but for the block it ended in
+            cached = answer["usage"]["prompt_tokens_details"]["cached_tokens"]
+            assert cached > body["usage"]["prompt_tokens"] - 16

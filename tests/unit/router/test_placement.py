@@ -148,10 +148,10 @@ def tokens(chars: int) -> int:
 
 def holders(
     walk: list[str], chars: dict[str, int], prompt: int = 10_000, previous: int = 0,
-    order: tuple[str, ...] = (),
+    order: tuple[str, ...] = (), *, last: str | None = None,
 ):  # fmt: skip
     return placement.holders(walk, chars, prompt_tokens=prompt, previous_tokens=previous,
-                             tokens=tokens, slack_chars=4096, order=order)  # fmt: skip
+                             tokens=tokens, slack_chars=4096, order=order, last=last)  # fmt: skip
 
 
 def test_the_home_is_the_first_member_of_the_walk_holding_the_longest_prefix() -> None:
@@ -216,6 +216,27 @@ def test_a_turn_another_replica_placed_is_presumed_on_its_conversation_walk() ->
     assert holders(["a", "b"], {"b": 8192}, previous=3072) == ("b", {"b": 2048})
     # known on a member off the walk: no presumption either
     assert holders(["b"], {"a": 24_576}, previous=6000) == (None, {})
+
+
+def test_a_turn_whose_tail_the_index_cannot_see_stays_where_its_previous_turn_went() -> None:
+    # b and c hold the head (8192 characters, 2048 tokens); the previous prompt is 2500
+    # tokens: its tail is under a chunk (the slack), which the index does not name
+    head = {"b": 8192, "c": 8192}
+    home, cached = holders(["a", "b", "c"], head, previous=2500, order=("c", "b"), last="b")
+    assert home == "b" and cached == {"b": 2500, "c": 2048}
+    # not knowing where it went: the conversation's walk picks among the head's holders
+    assert holders(["a", "b", "c"], head, previous=2500, order=("c", "b"))[0] == "c"
+    # the index dropped more of it from b than a chunk: evicted, by its guess; not believed
+    home, cached = holders(["a", "b", "c"], {"b": 4096, "c": 8192}, previous=2500,
+                           order=("c", "b"), last="b")  # fmt: skip
+    assert home == "c" and cached == {"b": 1024, "c": 2048}
+    # b tried or ejected (off the walk): not believed either
+    assert holders(["a", "c"], head, previous=2500, order=("c",), last="b")[0] == "c"
+    # a new conversation or a broken prefix (no previous prompt): nothing to follow
+    assert holders(["a", "b", "c"], head, order=("c", "b"), last="b")[0] == "c"
+    # all of it named in the index already (here on c, a retry's member): the index says where
+    assert holders(["a", "b", "c"], {"b": 8192, "c": 12_288}, previous=2500, order=("b",),
+                   last="b") == ("c", {"b": 2048, "c": 3072})  # fmt: skip
 
 
 def test_estimates_and_decisions_are_exact() -> None:
