@@ -88,7 +88,7 @@ class Facts:
     first_tokens: int = 0  # of its first turn's prompt (the first message after the head)
     head_share: float = 1.0  # of the endpoint's new conversations opening with its head
     head_changed: bool = False  # its system prompt or tools since its previous turn
-    conversation: str = ""
+    conversation: str = ""  # as the break detector names it
     last_member: str | None = None  # where this replica sent its previous turn
 
 
@@ -306,7 +306,8 @@ class Proxy:
             if answer is not None:
                 return answer
         self.heads[ep].seen(summary.shared_head, salt)
-        seen = self.breaks.observe(f"{ep}/{conversation}", summary.turn)
+        remembered = f"{ep}/{conversation}"  # the break detector's name for it
+        seen = self.breaks.observe(remembered, summary.turn)
         broken = seen.broken
         if broken:
             self.metrics.of(self.metrics.prefix_breaks, ep, broken).inc()
@@ -322,7 +323,7 @@ class Proxy:
             first_tokens=tokens(ep, summary.first_chars),
             head_share=self.demand[ep].share(key) if summary.head_chars else 1.0,
             head_changed=broken in HEAD_ZONES,
-            conversation=f"{ep}/{conversation}", last_member=seen.member,
+            conversation=remembered, last_member=seen.member,
         )  # fmt: skip
         return await self.forward(
             request, endpoint, path, raw, facts, broken=broken, started=started
@@ -401,7 +402,6 @@ class Proxy:
             head_changed=facts.head_changed,
         )  # fmt: skip
         chosen = next(c for c in candidates if c.name == decision.member)
-        self.breaks.sent(facts.conversation, decision.member)
         return Placed(
             member=endpoint.ring.members[decision.member],
             spilled=all(c.name != (home or walk[0].name) for c in candidates),
@@ -443,6 +443,7 @@ class Proxy:
                 break
             member = placed.member
             tried.add(member.name)
+            self.breaks.sent(facts.conversation, member.name)  # where its next turn looks
             self._count(ep, attempt, placed)
             with (
                 self._in_flight(ep, member.name),
