@@ -80,12 +80,13 @@ def conversation_bytes(conversations: int = 20_000) -> float:
 
     turns = [router_bodies.summarize(body(c), router_bodies.Limits()) for c in range(50)]
     detector = BreakDetector(capacity=conversations)
+    member = api.RingMember("pod-0", "10.0.0.1:8000")  # the ring's own object: shared
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     for c in range(conversations):
         conversation = keys.digest("c", str(c))
         detector.observe(conversation, turns[c % len(turns)].turn)
-        detector.sent(conversation, "pod-0")  # where it went, as the proxy records
+        detector.sent(conversation, member)  # where it went, as the proxy records
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     return held / conversations

@@ -16,10 +16,11 @@ it costs the cache less than a chunk.)
 
 The detector also keeps the member this replica sent the conversation's latest turn to: the
 placement index (router.holdings) names whole chunks only, so where a turn's tail of less than
-a chunk went is known only here (router.placement.holders).
+a chunk went is known only here (router.placement.holders). It is kept with its address, so
+that a member that left or restarted since is known for one whose cache is gone.
 
 Memory is bounded in bytes: `capacity` conversations at most, least recently seen dropped first,
-each one key, one 40-byte record however long its history, and a reference to a member's name
+each one key, one 40-byte record however long its history, and a reference to a ring member
 (`kvpin bench router` measures it with Python's overhead).
 """
 
@@ -30,6 +31,7 @@ import dataclasses
 import hashlib
 import struct
 
+from kvpin import api
 from kvpin.router.holdings import HASH_BYTES as _CHUNK
 from kvpin.router.keys import Zones
 
@@ -103,7 +105,7 @@ class Seen:
     """What is remembered of a conversation's previous turn, as its next one arrives."""
 
     broken: str | None = None  # the zone that broke the prefix since then, if any
-    member: str | None = None  # where this replica sent it
+    member: api.RingMember | None = None  # where this replica sent it (name and address)
 
 
 class BreakDetector:
@@ -111,7 +113,7 @@ class BreakDetector:
 
     def __init__(self, capacity: int = 100_000) -> None:
         self.capacity = capacity
-        self._turns: collections.OrderedDict[str, tuple[bytes, str | None]] = (
+        self._turns: collections.OrderedDict[str, tuple[bytes, api.RingMember | None]] = (
             collections.OrderedDict()
         )
 
@@ -126,7 +128,7 @@ class BreakDetector:
         broken = compare(before, now)
         return Seen(broken, None if broken else member)
 
-    def sent(self, conversation: str, member: str) -> None:
+    def sent(self, conversation: str, member: api.RingMember) -> None:
         """This conversation's latest turn went to `member`."""
         if conversation in self._turns:
             self._turns[conversation] = (self._turns[conversation][0], member)

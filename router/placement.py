@@ -123,6 +123,7 @@ def holders(
     slack_chars: int,
     order: Iterable[str] = (),
     last: str | None = None,
+    lost: bool = False,
 ) -> tuple[str | None, dict[str, int]]:
     """The request's home among `walk`, and the tokens of it each member there probably holds.
 
@@ -145,8 +146,17 @@ def holders(
     its history. Where the index dropped more of the previous prompt than that (the
     engine evicted it, by the index's guess), `last` is not believed; nor where a member holds
     the whole previous prompt already (the index sees where it is).
+
+    A later turn whose previous one this replica sent to a member whose cache is gone since
+    (`lost`: it left the pool, or came back at a new address) is presumed nowhere: this replica
+    knows its history is not on the first member of its walk, and presuming it there would pile
+    every conversation of the member that left onto the one that takes over its keys, all of
+    them computing their histories again behind each other. The index says what is left (a
+    head held elsewhere; else nothing, and the turn is placed as a new conversation).
     """
     cached = {m: min(prompt_tokens, tokens(chars[m])) for m in walk if chars.get(m)}
+    if lost:
+        return home_of(chars, walk, order), cached
     if previous_tokens > tokens(max(chars.values(), default=0) + slack_chars):
         home = first_of(walk, order, walk)
         assert home is not None  # walk is never empty

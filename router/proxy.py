@@ -89,7 +89,7 @@ class Facts:
     head_share: float = 1.0  # of the endpoint's new conversations opening with its head
     head_changed: bool = False  # its system prompt or tools since its previous turn
     conversation: str = ""  # as the break detector names it
-    last_member: str | None = None  # where this replica sent its previous turn
+    last_member: api.RingMember | None = None  # where this replica sent its previous turn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -375,6 +375,7 @@ class Proxy:
             walk = (m.name for m in endpoint.ring.walk(facts.fresh_key))
             return walk if allowed is None else (m for m in walk if m in allowed)
 
+        last = facts.last_member
         home, cached = placement.holders(
             [m.name for m in walk],
             {m: n * holdings.CHUNK_CHARS for m, n in held.items()},
@@ -383,7 +384,8 @@ class Proxy:
             tokens=functools.partial(self.estimates.tokens, ep),
             slack_chars=holdings.CHUNK_CHARS,
             order=conversation() if by_conversation else (),
-            last=facts.last_member,
+            last=last.name if last else None,
+            lost=last is not None and endpoint.ring.members.get(last.name) != last,
         )
         candidates = [
             placement.Candidate(
@@ -443,7 +445,7 @@ class Proxy:
                 break
             member = placed.member
             tried.add(member.name)
-            self.breaks.sent(facts.conversation, member.name)  # where its next turn looks
+            self.breaks.sent(facts.conversation, member)  # where its next turn looks
             self._count(ep, attempt, placed)
             with (
                 self._in_flight(ep, member.name),

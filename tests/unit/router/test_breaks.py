@@ -1,4 +1,7 @@
+from kvpin import api
 from kvpin.router import breaks, holdings, keys
+
+POD_A, POD_B, POD_C = (api.RingMember(f"pod-{x}", f"10.0.0.{i}:8000") for i, x in enumerate("abc"))
 
 
 def zones(system: str = "sys", tools: str = "", *history: str) -> breaks.Turn:
@@ -86,13 +89,13 @@ def test_a_continuing_turn_learns_where_its_previous_one_went() -> None:
     story = "Once upon a time there was a king. " * 300  # 10,500 characters: 5 whole chunks
     d = breaks.BreakDetector()
     assert d.observe("c", routed(keys.parse_zones({"prompt": story}))) == breaks.Seen()
-    d.sent("c", "pod-b")
-    d.sent("c", "pod-c")  # a retry: the last member sent to is the one remembered
+    d.sent("c", POD_B)
+    d.sent("c", POD_C)  # a retry: the last member sent to is the one remembered
     seen = d.observe("c", routed(keys.parse_zones({"prompt": story + " He had three sons."})))
-    assert seen == breaks.Seen(None, "pod-c")
+    assert seen == breaks.Seen(None, POD_C)
     # not sent yet (its attempt failed before a member was chosen): no member to presume
     assert d.observe("c", routed(keys.parse_zones({"prompt": story + " More."}))).member is None
-    d.sent("c", "pod-a")
+    d.sent("c", POD_A)
     # a broken prefix: the previous turn's cache is no use, so neither is where it went
     seen = d.observe("c", routed(keys.parse_zones({"prompt": "Twice" + story[4:]})))
     assert seen == breaks.Seen("history", None)
@@ -102,6 +105,6 @@ def test_sending_a_conversation_the_detector_forgot_remembers_nothing() -> None:
     d = breaks.BreakDetector(capacity=1)
     d.observe("a", zones())
     d.observe("b", zones())  # a is evicted
-    d.sent("a", "pod-a")
+    d.sent("a", POD_A)
     assert len(d) == 1
     assert d.observe("a", zones("sys", "", "x")) == breaks.Seen()

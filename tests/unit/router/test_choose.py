@@ -4,6 +4,7 @@ Expected members are worked out from the ring walk and the rules, not taken from
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 from kvpin import api
@@ -17,12 +18,19 @@ NAMES = ("pod-a", "pod-b", "pod-c")
 SCOPE = b""
 
 
-async def proxy_for(**routing: object) -> tuple[Proxy, object]:
-    members = tuple(api.RingMember(n, f"127.0.0.1:{9000 + i}") for i, n in enumerate(NAMES))
-    config = EndpointConfig("ep", members, RoutingConfig(**routing))  # type: ignore[arg-type]
+MEMBERS = tuple(api.RingMember(n, f"127.0.0.1:{9000 + i}") for i, n in enumerate(NAMES))
+
+
+async def proxy_with(**routing: object) -> tuple[Proxy, FixedMembership]:
+    config = EndpointConfig("ep", MEMBERS, RoutingConfig(**routing))  # type: ignore[arg-type]
     membership = FixedMembership({"ep": config})
     proxy = Proxy(membership, ProxySettings(engine_metrics_interval=0), build_metrics())
     await membership.start()
+    return proxy, membership
+
+
+async def proxy_for(**routing: object) -> tuple[Proxy, object]:
+    proxy, membership = await proxy_with(**routing)
     return proxy, membership.endpoints["ep"]
 
 
@@ -101,6 +109,31 @@ async def test_an_unseen_later_turn_goes_to_its_ring_owner_on_every_replica() ->
     unseen = second.choose(endpoint, later, set())
     assert unseen.member.name == order[0]
     assert unseen.uncached == later.prompt_tokens - later.previous_tokens
+
+
+async def test_a_later_turn_whose_member_left_or_restarted_is_presumed_nowhere() -> None:
+    # The previous turn went to the key's ring owner, which then left, or came back cold at a
+    # new address. This replica sent it there, so it knows the history is gone: presuming it
+    # on the member that now leads the walk (as for a turn another replica placed) would pile
+    # every conversation of the member that left onto one member, each computing its history
+    # again there. Nothing else is held, so the turn is placed as new: all of it computed.
+    for change in ("leave", "restart"):
+        proxy, membership = await proxy_with()
+        before = membership.endpoints["ep"]
+        owner = next(before.ring.walk("conv-9"))
+        proxy._holdings("ep").record(SCOPE, chunks("conv-9", 10), owner.name)
+        later = dataclasses.replace(
+            facts("conv-9", 11, previous_tokens=10 * holdings.CHUNK_CHARS // 4), last_member=owner
+        )
+        home = proxy.choose(before, later, set())
+        assert home.member == owner and home.uncached == later.prompt_tokens - later.previous_tokens
+        members = [m for m in MEMBERS if m != owner]
+        if change == "restart":
+            members.append(dataclasses.replace(owner, address="127.0.0.1:9999"))
+        membership.publish({"ep": EndpointConfig("ep", tuple(members))})
+        placed = proxy.choose(membership.endpoints["ep"], later, set())
+        assert placed.uncached == later.prompt_tokens, change
+        assert not placed.moved
 
 
 async def test_replicas_with_the_same_state_make_the_same_choice() -> None:

@@ -148,10 +148,11 @@ def tokens(chars: int) -> int:
 
 def holders(
     walk: list[str], chars: dict[str, int], prompt: int = 10_000, previous: int = 0,
-    order: tuple[str, ...] = (), *, last: str | None = None,
+    order: tuple[str, ...] = (), *, last: str | None = None, lost: bool = False,
 ):  # fmt: skip
     return placement.holders(walk, chars, prompt_tokens=prompt, previous_tokens=previous,
-                             tokens=tokens, slack_chars=4096, order=order, last=last)  # fmt: skip
+                             tokens=tokens, slack_chars=4096, order=order, last=last,
+                             lost=lost)  # fmt: skip
 
 
 def test_the_home_is_the_first_member_of_the_walk_holding_the_longest_prefix() -> None:
@@ -216,6 +217,16 @@ def test_a_turn_another_replica_placed_is_presumed_on_its_conversation_walk() ->
     assert holders(["a", "b"], {"b": 8192}, previous=3072) == ("b", {"b": 2048})
     # known on a member off the walk: no presumption either
     assert holders(["b"], {"a": 24_576}, previous=6000) == (None, {})
+
+
+def test_a_turn_this_replica_sent_where_the_cache_is_gone_is_presumed_nowhere() -> None:
+    # its member left or restarted: what the index says of the others is all there is
+    head = {"b": 8192, "c": 8192}
+    assert holders(["a", "b", "c"], head, previous=6000, order=("c", "b"), last="a",
+                   lost=True) == ("c", {"b": 2048, "c": 2048})  # fmt: skip
+    assert holders(["a", "b"], {}, previous=6000, last="x", lost=True) == (None, {})
+    # a short tail on a member back at a new address (same name, in the walk): not believed
+    assert holders(["a", "b"], {}, previous=500, last="a", lost=True) == (None, {})
 
 
 def test_a_turn_whose_tail_the_index_cannot_see_stays_where_its_previous_turn_went() -> None:
