@@ -2,6 +2,7 @@ import pytest
 
 from kvpin import api
 from kvpin.router import config
+from tests import crd
 
 
 def test_the_smallest_static_config() -> None:
@@ -92,3 +93,14 @@ def test_placement_settings_reach_the_cost_rule() -> None:
     assert routing.costs().fresh_below == 0.0 and routing.cache_tokens == 500_000.0
     defaults = config.parse_routing({}, "here")
     assert defaults.costs().fresh_below == 0.3 and defaults.cache_tokens is None
+
+
+def test_defaults_match_the_crd() -> None:
+    """A static config (`kvpin router --config`) and a CachedEndpoint the API server defaulted
+    route alike: every routing default here is the CRD's, so a default changed in one place
+    and not the other fails here."""
+    schema = crd.load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    fields = schema["properties"]["spec"]["properties"]["routing"]["properties"]
+    defaulted = {name: f["default"] for name, f in fields.items() if "default" in f}
+    assert "moveMargin" in defaulted and "freshBelow" in defaulted
+    assert config.parse_routing(defaulted, "crd") == config.parse_routing({}, "static")
