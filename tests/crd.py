@@ -19,6 +19,12 @@ def load() -> dict[str, Any]:
     return yaml.safe_load(CRD_PATH.read_text())
 
 
+def spec_schema() -> dict[str, Any]:
+    """The schema of a CachedEndpoint's `spec`, as the API server applies it (defaults too)."""
+    (version,) = load()["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+
 def json_schema() -> dict[str, Any]:
     """The v1alpha1 openAPIV3Schema without Kubernetes' extensions (CEL runs on a real API
     server, in the control-plane tier)."""

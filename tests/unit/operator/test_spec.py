@@ -5,7 +5,7 @@ from tests import crd, factories
 
 
 def schema_default(path: str) -> object:
-    node = crd.load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    node = crd.spec_schema()
     for name in path.split("."):
         node = node["properties"][name]
     return node["default"]

@@ -99,8 +99,7 @@ def test_defaults_match_the_crd() -> None:
     """A static config (`kvpin router --config`) and a CachedEndpoint the API server defaulted
     route alike: every routing default here is the CRD's, so a default changed in one place
     and not the other fails here."""
-    schema = crd.load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    fields = schema["properties"]["spec"]["properties"]["routing"]["properties"]
+    fields = crd.spec_schema()["properties"]["routing"]["properties"]
     defaulted = {name: f["default"] for name, f in fields.items() if "default" in f}
     assert "moveMargin" in defaulted and "freshBelow" in defaulted
     assert config.parse_routing(defaulted, "crd") == config.parse_routing({}, "static")
