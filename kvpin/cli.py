@@ -127,7 +127,7 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
         help="seconds between reads of each member's /metrics (0: never)",
     )  # fmt: skip
     replicas = parser.add_argument_group(
-        "replicas", "several router replicas: each routing key is decided by one of them, "
+        "replicas", "several router replicas: each endpoint is decided by one of them, "
         "which the others relay its requests to",
     )  # fmt: skip
     replicas.add_argument(

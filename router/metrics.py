@@ -41,7 +41,7 @@ class RouterMetrics:
     membership_errors: Counter  # source: failed reads of the membership
     warmups: Counter  # endpoint, outcome: joining members warmed (router.warmup)
     warmup_requests: Counter  # endpoint, outcome: the requests that warmed them
-    relayed: Counter  # endpoint, outcome: requests sent to the replica owning their key
+    relayed: Counter  # endpoint, outcome: requests sent to the replica owning their endpoint
     _children: dict[tuple[Any, tuple[str, ...]], Any] = dataclasses.field(default_factory=dict)
 
     @property
@@ -124,7 +124,7 @@ def build_metrics() -> RouterMetrics:
         ),
         relayed=counter(
             "relayed",
-            "Requests sent to the router replica that owns their key (router.replicas): "
+            "Requests sent to the router replica that owns their endpoint (router.replicas): "
             "relayed, or unreachable (decided here instead).",
             ["endpoint", "outcome"],
         ),

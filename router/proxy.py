@@ -298,13 +298,13 @@ class Proxy:
         key = keys.routing_key(
             routing.key, ep, summary.head, session, prefix_chars=routing.prefix_chars, salt=salt
         )
-        if summary.head_chars and summary.messages <= 1 and not relayed:  # a new conversation
-            self.demand[ep].add(key)  # of this head: counted where clients send it, once
-        owner = None if relayed else self.replicas.owner(key, time.monotonic())
+        owner = None if relayed else self.replicas.owner(ep, time.monotonic())
         if owner is not None:
             answer = await self.to_replica(request, owner, ep, received)
             if answer is not None:
                 return answer
+        if summary.head_chars and summary.messages <= 1:  # a new conversation of this head
+            self.demand[ep].add(key)
         self.heads[ep].seen(summary.shared_head, salt)
         remembered = f"{ep}/{conversation}"  # the break detector's name for it
         seen = self.breaks.observe(remembered, summary.turn)
@@ -352,7 +352,6 @@ class Proxy:
         loads = self.loads[ep]
         capped = ring.within_bound(
             walk, loads, load_factor=routing.load_factor, size=len(endpoint.ring),
-            floor=ring.replica_floor(len(self.replicas)),
         )  # fmt: skip
         engines = {m.name: self.engines.get(m.url, now) for m in walk}
         table = self._holdings(ep)
@@ -501,7 +500,7 @@ class Proxy:
     async def to_replica(
         self, request: web.Request, replica: str, ep: str, raw: bytes
     ) -> web.StreamResponse | None:
-        """Relay the request as it came to the router replica that owns its key, and its
+        """Relay the request as it came to the router replica that owns its endpoint, and its
         answer back (router.replicas); None when that replica could not be reached or failed
         before answering: the request is then decided here."""
         assert self.session is not None

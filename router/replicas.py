@@ -1,20 +1,24 @@
-"""Router replicas share the key space: each routing key is decided by one replica.
+"""Router replicas share the endpoints: each endpoint is decided by one replica.
 
 Every replica of a router can be told the others (`kvpin router --replicas`, or a DNS name that
-lists them all, `--replicas-dns`, such as a headless Service). A request whose routing key
-another replica owns is relayed to that replica as it came, and decided there; so every turn of
-a conversation, whichever replica the client reached, is placed by the one replica that placed
-the turns before it, with what that replica knows of each member's cache. Without it a replica
-that never saw a conversation's earlier turns can only presume where they went
-(router.placement.holders), and replicas that learned different holders of one system prompt
-send its conversations to different members: three replicas behind a round-robin client lose
-points of hit rate to one (docs/benchmarks.md, docs/benchmark-history.md).
+lists them all, `--replicas-dns`, such as a headless Service). A request for an endpoint another
+replica owns is relayed to that replica as it came, and decided there; so every request of an
+endpoint, whichever replica the client reached, is placed by the one replica that sees all of
+that endpoint's traffic: its requests in flight on each member, what it sent each member's cache,
+the turns before of every conversation and the heads its new conversations open with. Three
+replicas then decide like one. Sharing the key space instead (each routing key decided by its
+own owner) left each owner a third of the picture of the members its keys share: on `long`
+three such replicas were 4 to 8 points behind one router, and an index corrected for the
+traffic it could not see did not close that (docs/benchmark-history.md, sessions 10 to 28).
+The price: an endpoint's traffic passes through its owner, so one endpoint is served at the
+rate of one replica (docs/reliability.md); replicas spread endpoints among them and stand in
+for each other.
 
-The owner of a key is chosen by rendezvous hashing (the replica with the highest hash of key
-and replica): every replica computes the same owner from the same list, and a replica that
-joins or leaves moves only the keys it owns. A replica that cannot be reached is passed over
-for `cooldown` seconds, its keys going to their next owner: relaying costs a hop, never a
-request. Pure but for the clock passed in, except follow_dns, which reads DNS.
+The owner of an endpoint is chosen by rendezvous hashing (the replica with the highest hash of
+endpoint and replica): every replica computes the same owner from the same list, and a replica
+that joins or leaves moves only the endpoints it owns. A replica that cannot be reached is
+passed over for `cooldown` seconds, its endpoints going to their next owner: relaying costs a
+hop, never a request. Pure but for the clock passed in, except follow_dns, which reads DNS.
 """
 
 from __future__ import annotations
@@ -34,13 +38,13 @@ log = logging.getLogger(logs.PROXY)
 FORWARDED_HEADER = "X-Kvpin-Replica"  # set on a relayed request: decide it, relay it no further
 
 
-def _score(key: str, replica: str) -> bytes:
-    return hashlib.blake2b(f"{key}\x1f{replica}".encode(), digest_size=8).digest()
+def _score(endpoint: str, replica: str) -> bytes:
+    return hashlib.blake2b(f"{endpoint}\x1f{replica}".encode(), digest_size=8).digest()
 
 
-def owner_of(key: str, replicas: Iterable[str]) -> str | None:
-    """The replica that decides `key`: the same on every replica with the same list."""
-    return max(replicas, key=lambda r: _score(key, r), default=None)
+def owner_of(endpoint: str, replicas: Iterable[str]) -> str | None:
+    """The replica that decides `endpoint`: the same on every replica with the same list."""
+    return max(replicas, key=lambda r: _score(endpoint, r), default=None)
 
 
 class Replicas:
@@ -58,12 +62,12 @@ class Replicas:
         self._all = frozenset(replicas) | {self.me}
         self._down = {r: t for r, t in self._down.items() if r in self._all}
 
-    def owner(self, key: str, now: float) -> str | None:
-        """The replica to relay a request with `key` to; None: this one decides it."""
+    def owner(self, endpoint: str, now: float) -> str | None:
+        """The replica to relay a request for `endpoint` to; None: this one decides it."""
         if len(self._all) < 2:
             return None
         up = [r for r in self._all if self._down.get(r, -math.inf) <= now]
-        owner = owner_of(key, up)
+        owner = owner_of(endpoint, up)
         return None if owner in (None, self.me) else owner
 
     def failed(self, replica: str, now: float) -> None:

@@ -70,32 +70,23 @@ class EndpointRing:
 
 
 MIN_BOUND = 4  # requests in flight on one member that are never skew
-MIN_SHARE = 2  # the floor of one router replica among several (the floor before session 12)
-
-
-def replica_floor(replicas: int) -> int:
-    """The bound's floor for one of `replicas` router replicas: its share of MIN_BOUND, since
-    it counts only the requests it sent (the others send theirs to the same members), never
-    below MIN_SHARE, at which a conversation's overlapping turns still share a member."""
-    return max(MIN_SHARE, math.ceil(MIN_BOUND / max(1, replicas)))
 
 
 def within_bound(
-    walk: Sequence[api.RingMember], loads: Mapping[str, int], *, load_factor: float, size: int,
-    floor: int = MIN_BOUND,
-) -> list[api.RingMember]:  # fmt: skip
+    walk: Sequence[api.RingMember], loads: Mapping[str, int], *, load_factor: float, size: int
+) -> list[api.RingMember]:
     """The members of `walk` whose in-flight load is within the bound, in walk order; the least
     loaded alone if none is (when excluded members hold the load, say).
 
-    The bound is never below `floor` (MIN_BOUND for a router alone): a few requests in flight
-    on one member are no skew (an engine batches dozens, and the cost rule, router.placement,
-    weighs the prefill they queue), and a tighter bound at low load sends a conversation's
-    turns away from the member holding its prefix whenever a burst lands a few requests on it.
-    At 2, a member with three of the pool's five requests in flight passed a fourth over: on
-    the bursty trace that cost 1.5 points of hit rate and a higher TTFT, and on `long` hit rate
-    (docs/benchmark-history.md, session 12). Three relaying replicas with a floor of 4 each let 12
-    requests pile on one member before the cap: on `long` their makespan grew by a tenth.
+    The bound is never below MIN_BOUND: a few requests in flight on one member are no skew (an
+    engine batches dozens, and the cost rule, router.placement, weighs the prefill they queue),
+    and a tighter bound at low load sends a conversation's turns away from the member holding
+    its prefix whenever a burst lands a few requests on it. At 2, a member with three of the
+    pool's five requests in flight passed a fourth over: on the bursty trace that cost 1.5
+    points of hit rate and a higher TTFT, and on `long` hit rate
+    (docs/benchmark-history.md, session 12). Router replicas need no other floor: the one
+    replica that decides an endpoint counts all of its requests (router.replicas).
     """
-    bound = max(floor, math.ceil(load_factor * (sum(loads.values()) + 1) / max(size, 1)))
+    bound = max(MIN_BOUND, math.ceil(load_factor * (sum(loads.values()) + 1) / max(size, 1)))
     kept = [m for m in walk if loads.get(m.name, 0) + 1 <= bound]
     return kept or [min(walk, key=lambda m: loads.get(m.name, 0))]

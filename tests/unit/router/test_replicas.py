@@ -1,4 +1,4 @@
-"""Which router replica decides a key (router.replicas): pure, the clock passed in."""
+"""Which router replica decides an endpoint (router.replicas): pure, the clock passed in."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from kvpin.router import replicas
 from tests.integration.conftest import eventually
 
 A, B, C = "http://10.0.0.1:8080", "http://10.0.0.2:8080", "http://10.0.0.3:8080"
-KEYS = [f"key-{i}" for i in range(600)]
+KEYS = [f"endpoint-{i}" for i in range(600)]  # endpoint ids
 
 
-def test_every_replica_computes_the_same_owner_and_the_keys_spread_over_all() -> None:
+def test_every_replica_computes_the_same_owner_and_the_endpoints_spread_over_all() -> None:
     owners = {k: replicas.owner_of(k, [A, B, C]) for k in KEYS}
     assert all(replicas.owner_of(k, [C, A, B]) == owners[k] for k in KEYS)  # order: irrelevant
     counts = collections.Counter(owners.values())
     assert set(counts) == {A, B, C} and min(counts.values()) > 150  # about a third each
-    # a replica leaving moves only its own keys
+    # a replica leaving moves only its own endpoints
     assert all(replicas.owner_of(k, [A, B]) == o for k, o in owners.items() if o != C)
     assert replicas.owner_of("k", []) is None
 
@@ -30,7 +30,7 @@ def test_a_replica_relays_what_others_own_and_passes_over_one_that_failed() -> N
     mine.failed(B, now=10.0)
     for k, o in owned.items():
         assert mine.owner(k, 12.0) != B
-        if o == C:  # the other replicas' keys stay where they were
+        if o == C:  # the other replicas' endpoints stay where they were
             assert mine.owner(k, 12.0) == C
     assert all(mine.owner(k, 15.0) == (None if o == A else o) for k, o in owned.items())  # back
     assert replicas.Replicas(A).owner("k", 0.0) is None  # alone: decides everything

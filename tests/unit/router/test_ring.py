@@ -88,14 +88,6 @@ def test_at_low_load_a_member_may_take_a_few_requests() -> None:
     assert ring.within_bound(walk, loads, load_factor=2.0, size=4)[0] == walk[1]
 
 
-def test_a_replica_among_several_floors_the_bound_at_its_share() -> None:
-    # it counts only its own requests: three replicas at 4 each would let 12 onto one member
-    assert [ring.replica_floor(n) for n in (0, 1, 2, 3, 8)] == [4, 4, 2, 2, 2]
-    walk = list(ring.EndpointRing(members(4)).walk(KEYS[0]))
-    loads = {walk[0].name: 3, walk[1].name: 1, walk[2].name: 1}
-    assert ring.within_bound(walk, loads, load_factor=2.0, size=4, floor=2)[0] == walk[1]
-
-
 def test_the_ring_is_uhashrings_ketama_ring_with_the_given_virtual_nodes() -> None:
     from uhashring import HashRing
 
