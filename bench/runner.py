@@ -102,7 +102,7 @@ def split_policy(policy: str) -> tuple[str, dict[str, Any]]:
     so a setting is compared with the default side by side, in one run on the same pods.
     `@build=DIR` is not a setting: it runs the router of another checkout (its `.venv`), so a
     change is compared with the code before it in one run; nor is `@relay=true`: the replicas
-    of `kvpin-x3` relay each key to the one that owns it (router.replicas)."""
+    of `kvpin-x3` relay each endpoint to the one that owns it (router.replicas)."""
     base, *items = policy.split("@")
     overrides: dict[str, Any] = {}
     for item in items:

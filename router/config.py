@@ -144,7 +144,7 @@ class ProxySettings:
     replica: str = ""
     """This router replica's own URL as the others reach it (router.replicas); empty: alone."""
     replicas: tuple[str, ...] = ()
-    """Every replica's URL (this one's too): each key is decided by one of them."""
+    """Every replica's URL (this one's too): each endpoint is decided by one of them."""
     replicas_dns: str = ""
     """A DNS name listing every replica's address (a headless Service), followed instead."""
 
