@@ -202,10 +202,10 @@ async def test_a_home_whose_cache_cannot_have_kept_the_conversation_is_not_belie
     assert roomy.choose(roomy_endpoint, facts("conv-7", 10), set()).member.name == home
 
 
-async def test_the_caps_floor_is_a_replicas_share_when_replicas_relay() -> None:
+async def test_a_relaying_replica_floors_the_cap_like_a_router_alone() -> None:
     # A burst: three of five requests in flight on the home, bound ceil(1.0 x 6 / 3) = 2.
-    # Alone, the floor (4) keeps the home; one of three relaying replicas, which counts only
-    # its own requests, floors at 2 and passes it over.
+    # The floor (4) keeps the home, for one of three relaying replicas too: it decides every
+    # request of its endpoint, so it counts them all (router.replicas).
     alone, endpoint = await proxy_for(load_factor=1.0)
     settings = ProxySettings(engine_metrics_interval=0, replica="http://r1:8080",
                              replicas=("http://r2:8080", "http://r3:8080"))  # fmt: skip
@@ -215,9 +215,10 @@ async def test_the_caps_floor_is_a_replicas_share_when_replicas_relay() -> None:
     for proxy in (alone, relaying):
         proxy._holdings("ep").record(SCOPE, chunks("conv-7", 10), home)
         proxy.loads["ep"].update({home: 3, order[1]: 1, order[2]: 1})
-    assert alone.choose(endpoint, facts("conv-7", 10), set()).member.name == home
-    placed = relaying.choose(endpoint, facts("conv-7", 10), set())
-    assert placed.member.name != home and placed.spilled
+        placed = proxy.choose(endpoint, facts("conv-7", 10), set())
+        assert placed.member.name == home and not placed.spilled
+    proxy.loads["ep"].update({home: 4})  # at the floor: passed over
+    assert proxy.choose(endpoint, facts("conv-7", 10), set()).member.name != home
 
 
 async def test_a_move_is_priced_by_the_requests_waiting_where_it_would_go() -> None:
