@@ -11,8 +11,8 @@ own owner) left each owner a third of the picture of the members its keys share:
 three such replicas were 4 to 8 points behind one router, and an index corrected for the
 traffic it could not see did not close that (docs/benchmark-history.md, sessions 10 to 28).
 The price: an endpoint's traffic passes through its owner, so one endpoint is served at the
-rate of one replica (docs/reliability.md); replicas spread endpoints among them and stand in
-for each other.
+rate of one replica (`kvpin bench router` measures it); replicas spread endpoints among them
+and stand in for each other.
 
 The owner of an endpoint is chosen by rendezvous hashing (the replica with the highest hash of
 endpoint and replica): every replica computes the same owner from the same list, and a replica
