@@ -12,6 +12,12 @@ request that the member does not hold, over the member's prefill rate. Then:
   group's preamble) would pile every conversation sharing it onto the members holding that
   head, whose caches then evict each other's histories, while two choices per conversation
   keep cache occupancy and load even and the choice mostly a function of the conversation.
+  In a burst, when both of its choices already have a request waiting for its first token,
+  it takes the member with the least work of all those it may go to: two choices among a
+  few members collide often, and a new conversation recomputes its whole prompt behind the
+  prefills already queued there (these set the bursty trace's p99: docs/benchmark-history.md,
+  sessions 30 and 31). Only then, not always: the least-loaded of all, always, scattered
+  long conversations' first turns away from their walks and lost hit rate on `long`.
   A later turn whose system prompt or tools changed since the turn before (a client writing
   the time into its system prompt, say) has no walk worth keeping: its key changed with its
   head, and a client that changed it once will likely change it again, so two choices would
@@ -191,8 +197,11 @@ def decide(
 
     `fresh_order` is where a new conversation may go, in its own ring order (empty: the key's
     walk), read only as far as needed (a lazy walk costs nothing for the others); it takes
-    the member with less work of the first two there, or of all when `head_changed` (its
-    system prompt or tools since its conversation's previous turn). `head_tokens` is the size
+    the member with less work of the first two there; of all members when `head_changed` (its
+    system prompt or tools since its conversation's previous turn); of all of `fresh_order`
+    when both of the two have requests waiting for their first token (a burst: `fresh_order`
+    may be a popular head's few members, whose copies it is not to spread further; with none
+    to follow it is every member). `head_tokens` is the size
     of its system prompt and tools: a request holding no more is new, and a member holding
     them has no less work for it (the head will be copied to wherever its conversations go).
     """
@@ -202,14 +211,19 @@ def decide(
     )
     if fresh:
         by_name = {c.name: c for c in walk}
-        order = list(itertools.islice((by_name[n] for n in fresh_order if n in by_name), 2))
-        order += [c for c in walk if c not in order]  # members off that order: in walk order
+        walked = (by_name[n] for n in fresh_order if n in by_name)
+        order = list(itertools.islice(walked, 2))
+        if not order:  # no walk of its own: the key's
+            walked = iter(walk)
+            order = list(itertools.islice(walked, 2))
+        order += [c for c in walk if c not in order][: 2 - len(order)]  # off it: walk order
+        if head_changed:
+            order += [c for c in walk if c not in order]
+        elif all(c.waiting > 0 for c in order):  # a burst: the rest of its own walk
+            order += walked
         # work in tokens, not time: measured rates differ from replica to replica, and
         # replicas that see the same loads must agree (min keeps the first of equals)
-        first = min(
-            order if head_changed else order[:2],
-            key=lambda c: c.queued_tokens - max(0, c.cached_tokens - head_tokens),
-        )
+        first = min(order, key=lambda c: c.queued_tokens - max(0, c.cached_tokens - head_tokens))
         return Decision(first.name, moved=False, fresh=True)
     stay = next((c for c in walk if c.name == home), walk[0])
     best = min(walk, key=lambda c: c.cost(prompt_tokens))

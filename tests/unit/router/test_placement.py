@@ -33,6 +33,28 @@ def test_a_turn_whose_head_changed_takes_the_least_loaded_of_all() -> None:
     assert placement.decide(walk, None, 4000, S, head_changed=True).member == "b"
 
 
+def test_a_new_conversation_whose_two_choices_both_have_a_queue_takes_the_least_loaded() -> None:
+    # a burst: both of its two choices have a request waiting for its first token, and a
+    # third member is idle; two choices among four collide, so it widens to every member
+    burst = [
+        dataclasses.replace(c("a", queued=3000), waiting=1),
+        dataclasses.replace(c("b", queued=2000), waiting=2),
+        c("c", queued=0),
+    ]
+    assert placement.decide(burst, None, 4000, S) == placement.Decision("c", False, True)
+    # one of the two has nothing waiting (work running, none queued): the two choices hold
+    calm = [burst[0], dataclasses.replace(burst[1], waiting=0), burst[2]]
+    assert placement.decide(calm, None, 4000, S).member == "b"
+    # both waiting, the third busier still: the less loaded of the first two, as before
+    busy = [*burst[:2], c("c", queued=5000)]
+    assert placement.decide(busy, None, 4000, S).member == "b"
+    # it widens over its own walk only: a popular head's conversations are kept on the head's
+    # first members (fresh_order holds only those), and a burst does not copy the head further
+    fresh = placement.CostSettings(fresh_below=0.3)
+    assert placement.decide(burst, None, 4000, fresh, ["b", "a"]).member == "b"
+    assert placement.decide(burst, None, 4000, fresh, ["b", "a", "c"]).member == "c"
+
+
 def test_a_request_finding_only_a_short_shared_head_is_placed_by_its_conversation() -> None:
     fresh = placement.CostSettings(margin=1, fresh_below=0.3)
     # the head (1,000 of 4,000 tokens: a quarter) is on a; the conversation's own walk is c, b
