@@ -24,6 +24,12 @@ these, or sent this prompt elsewhere; an engine evicts blocks, not chunks. A wro
 one request a worse placement, never a wrong answer. The index is bounded in bytes (entries of
 about ENTRY_BYTES, one per chunk and member holding it); a lookup costs one dictionary access
 per chunk held plus one per member, a record one per chunk, never a scan.
+
+What the index trims it does not forget at once: GHOSTS_SHARE of its bytes keeps, for each
+trimmed chunk, the member it was trimmed from (`trimmed`), so that placement can send a
+conversation back where its history went on a saturated pool, where that pays
+(router.placement). This is not a belief that the member still holds it: the engines were
+found to hold 4-12% of what the index had trimmed (docs/benchmark-history.md, sessions 32-33).
 """
 
 from __future__ import annotations
@@ -31,13 +37,14 @@ from __future__ import annotations
 import collections
 import hashlib
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from kvpin.router.keys import Zones
 
 CHUNK_CHARS = 2048  # routing.prefixChars by default: a head the key shares is a chunk here
 HASH_BYTES = 8
 ENTRY_BYTES = 120  # a name and its place in a member's table: 116 by `kvpin bench router`
+GHOSTS_SHARE = 0.25  # of the bytes, for names of trimmed chunks and the member they left
 
 
 def head_chars(zones: Zones) -> int:
@@ -81,10 +88,12 @@ class Holdings:
     """For each member, the chunks it was sent, least recent first, bounded in bytes."""
 
     def __init__(self, max_bytes: int = 32 * 2**20) -> None:
-        self.max_entries = max(1, max_bytes // ENTRY_BYTES)
+        self.max_entries = max(1, int(max_bytes * (1 - GHOSTS_SHARE)) // ENTRY_BYTES)
         self._capacity: dict[str, float] = {}  # chunks each member's cache holds, where known
         self._unadmitted: dict[str, float] = {}  # chunks sent to each, not yet in its cache
         self._sent: dict[str, collections.OrderedDict[bytes, None]] = {}
+        self.max_ghosts = int(max_bytes * GHOSTS_SHARE) // ENTRY_BYTES
+        self._ghosts: collections.OrderedDict[bytes, str] = collections.OrderedDict()
 
     @staticmethod
     def _names(scope: bytes, chunks: bytes) -> list[bytes]:
@@ -105,6 +114,20 @@ class Holdings:
                 out[member] = n
         return out
 
+    def trimmed(self, scope: bytes, chunks: bytes, held: Mapping[str, int]) -> dict[str, int]:
+        """For each member, how many chunks of this prompt right after its `held` run the
+        index trimmed from it: where that much more of it went (why: the module's docstring)."""
+        names = self._names(scope, chunks)
+        first = self._ghosts.get(names[0]) if names else None
+        out = {}
+        for member in held.keys() | ({first} if first else set()):
+            n = start = held.get(member, 0)
+            while n < len(names) and self._ghosts.get(names[n]) == member:
+                n += 1
+            if n > start:
+                out[member] = n - start
+        return out
+
     def record(self, scope: bytes, chunks: bytes, member: str) -> list[bytes]:
         """`member` is being sent a prompt with these chunks: it holds them from now on.
 
@@ -121,6 +144,7 @@ class Holdings:
             else:
                 sent[name] = None
                 added.append(name)
+                self._ghosts.pop(name, None)
         self._trim(member, sent)
         return added
 
@@ -144,7 +168,12 @@ class Holdings:
         cache = self._capacity.get(member, math.inf) + self._unadmitted.get(member, 0.0)
         room = min(cache, self.max_entries / len(self._sent))
         while len(sent) > max(1, room):
-            sent.popitem(last=False)
+            name, _ = sent.popitem(last=False)
+            if self.max_ghosts:
+                self._ghosts[name] = member
+                self._ghosts.move_to_end(name)
+                if len(self._ghosts) > self.max_ghosts:
+                    self._ghosts.popitem(last=False)
 
     def retract(self, names: Collection[bytes], member: str) -> None:
         """The prompt `record` returned these names for never reached `member`'s cache."""
@@ -159,6 +188,14 @@ class Holdings:
             self._sent.pop(member, None)
             self._capacity.pop(member, None)
             self._unadmitted.pop(member, None)
+        left = set(members)
+        for name in [n for n, m in self._ghosts.items() if m in left]:
+            del self._ghosts[name]
 
     def __len__(self) -> int:
         return sum(map(len, self._sent.values()))
+
+    @property
+    def ghosts(self) -> int:
+        """Trimmed chunks remembered with the member they left (trimmed)."""
+        return len(self._ghosts)

@@ -361,6 +361,10 @@ class Proxy:
                 table.resize(name, self.estimates.chars(ep, size) / holdings.CHUNK_CHARS)
             self._admitting(ep, name)
         held = table.held(facts.scope, facts.chunks)
+        saturated = all(self.estimates.waiting_at(ep, m.name, engines[m.name]) > 0 for m in walk)
+        believed = placement.believed(
+            held, table.trimmed(facts.scope, facts.chunks, held), saturated=saturated
+        )
 
         by_conversation, spread = placement.new_conversations(
             head_tokens=facts.head_tokens, first_tokens=facts.first_tokens,
@@ -377,7 +381,7 @@ class Proxy:
         last = facts.last_member
         home, cached = placement.holders(
             [m.name for m in walk],
-            {m: n * holdings.CHUNK_CHARS for m, n in held.items()},
+            {m: round(n * holdings.CHUNK_CHARS) for m, n in believed.items()},
             prompt_tokens=facts.prompt_tokens,
             previous_tokens=facts.previous_tokens,
             tokens=functools.partial(self.estimates.tokens, ep),

@@ -202,6 +202,35 @@ async def test_a_home_whose_cache_cannot_have_kept_the_conversation_is_not_belie
     assert roomy.choose(roomy_endpoint, facts("conv-7", 10), set()).member.name == home
 
 
+async def test_on_a_saturated_pool_a_conversation_the_index_trimmed_goes_back() -> None:
+    # conv-8 went to the third member of its walk (a move); the engine's reported cache (10
+    # chunks) then took another conversation's 10, and the index trimmed conv-8 there. With
+    # a request waiting on every member its next turn goes back there, where its history went
+    # (router.placement); with a member idle it is placed as new, on the idle first choice.
+    import time
+
+    from kvpin.router.loads import EngineLoad
+
+    proxy, endpoint = await proxy_for()
+    order = walk(endpoint, "conv-8")
+    home = order[2]
+    proxy._holdings("ep").record(SCOPE, chunks("conv-8", 10), home)
+    proxy._holdings("ep").record(SCOPE, chunks("other", 10), home)
+    chunk_tokens = holdings.CHUNK_CHARS // 4
+    member = endpoint.ring.members[home]
+    proxy.engines._loads[member.url] = EngineLoad(0, 0, time.monotonic(),
+                                                  capacity=10 * chunk_tokens)  # fmt: skip
+    for name in order[1:]:
+        proxy.estimates.sent("ep", name, 1000)
+    placed = proxy.choose(endpoint, facts("conv-8", 10), set())
+    assert proxy._holdings("ep").held(SCOPE, chunks("conv-8", 10)) == {}
+    assert placed.member.name == order[0]  # not saturated: new, on its idle first choice
+    proxy.estimates.sent("ep", order[0], 1000)
+    placed = proxy.choose(endpoint, facts("conv-8", 10), set())
+    assert placed.member.name == home and not placed.moved
+    assert placed.uncached == facts("conv-8", 10).prompt_tokens - 5 * chunk_tokens
+
+
 async def test_a_relaying_replica_floors_the_cap_like_a_router_alone() -> None:
     # A burst: three of five requests in flight on the home, bound ceil(1.0 x 6 / 3) = 2.
     # The floor (4) keeps the home, for one of three relaying replicas too: it decides every

@@ -29,10 +29,10 @@ def test_each_member_holds_the_leading_run_of_chunks_it_was_sent() -> None:
 
 
 def test_the_table_is_bounded_and_departed_members_hold_nothing() -> None:
-    h = holdings.Holdings(max_bytes=10 * holdings.ENTRY_BYTES)
+    h = holdings.Holdings(max_bytes=round(10 * holdings.ENTRY_BYTES / (1 - holdings.GHOSTS_SHARE)))
     for i in range(5):
         h.record(b"", chunks(f"{i}" * (3 * C)), f"pod-{i % 2}")
-    assert len(h) == 10
+    assert len(h) == h.max_entries == 10
     h.forget({"pod-0", "pod-never-sent-anything"})
     assert h.held(b"", chunks("4" * (3 * C))) == {}
     assert h.held(b"", chunks("3" * (3 * C))) == {"pod-1": 3}
@@ -88,7 +88,8 @@ def test_a_chunk_ending_past_the_system_prompt_and_tools_holds_the_conversation(
 
 def test_the_table_holds_at_least_one_entry_and_as_many_as_its_bytes_allow() -> None:
     assert holdings.Holdings(0).max_entries == 1
-    assert holdings.Holdings(holdings.ENTRY_BYTES * 3 + 10).max_entries == 3
+    table = holdings.Holdings(holdings.ENTRY_BYTES * 4 + 10)  # a quarter for what it trimmed
+    assert (table.max_entries, table.max_ghosts) == (3, 1)
 
 
 def test_taking_back_what_was_never_recorded_changes_nothing() -> None:
@@ -174,3 +175,48 @@ def test_prompts_queued_on_a_member_evict_nothing_until_it_admits_them() -> None
     for prompt in (b, c, d):
         h.record(b"", prompt, "pod")
     assert h.held(b"", b) == {"pod": 1}  # a member that left takes its queue with it
+
+
+def test_what_the_index_trims_is_remembered_for_the_member_it_left() -> None:
+    h = holdings.Holdings()
+    h.resize("pod-1", 4)
+    a, b = chunks("a" * (3 * C)), chunks("b" * (2 * C))
+    h.record(b"", a, "pod-1")
+    h.record(b"", b, "pod-1")  # a's tail chunk trimmed to make room
+    assert h.held(b"", a) == {"pod-1": 2}
+    assert h.trimmed(b"", a, h.held(b"", a)) == {"pod-1": 1}
+    h.record(b"", chunks("c" * (4 * C)), "pod-1")  # all of a and b trimmed
+    assert h.held(b"", a) == {}
+    assert h.trimmed(b"", a, {}) == {"pod-1": 3}
+    assert h.trimmed(b"salt", a, {}) == {}
+    later = chunks("a" * (3 * C), "more" * C)  # its own last chunk was never sent
+    assert h.trimmed(b"", later, {}) == {"pod-1": 3}
+    assert h.trimmed(b"", later, {"pod-2": 1}) == {"pod-1": 3}  # another's run: not its trim
+    c = chunks("c" * (4 * C))
+    assert h.trimmed(b"", c, h.held(b"", c)) == {}
+
+
+def test_a_trimmed_chunk_sent_again_or_held_by_a_member_that_left_is_no_ghost() -> None:
+    h = holdings.Holdings()
+    h.resize("pod-1", 2)
+    a, b = chunks("a" * (2 * C)), chunks("b" * (2 * C))
+    h.record(b"", a, "pod-1")
+    h.record(b"", b, "pod-1")
+    h.record(b"", a, "pod-2")  # sent again, elsewhere: held there, not a ghost of pod-1
+    assert h.trimmed(b"", a, {}) == {}
+    h.record(b"", a, "pod-1")  # b trimmed in turn
+    assert h.trimmed(b"", b, {}) == {"pod-1": 2}
+    h.forget(["pod-1"])
+    assert h.trimmed(b"", b, {}) == {}
+
+
+def test_the_ghosts_are_bounded_oldest_first() -> None:
+    h = holdings.Holdings(max_bytes=round(4 * holdings.ENTRY_BYTES / holdings.GHOSTS_SHARE))
+    assert h.max_ghosts == 4
+    h.resize("pod", 1)
+    prompts = [chunks(f"{i}" * (2 * C)) for i in range(4)]
+    for prompt in prompts:
+        h.record(b"", prompt, "pod")  # keeps one chunk, trims the rest
+    assert h.ghosts == 4
+    assert h.trimmed(b"", prompts[0], {}) == {}  # its ghosts made room for later ones
+    assert h.trimmed(b"", prompts[2], {}) == {"pod": 2}
