@@ -46,7 +46,8 @@ request that the member does not hold, over the member's prefill rate. Then:
   ahead, while a new conversation whose only cached part is a short shared head (system
   prompt, tools) spreads as soon as the head's holders have work queued. (At 0.25, the earlier
   default, moves bought no time on the benchmarks' traces and cost hit rate.)
-- On a saturated pool (every candidate has a request waiting for its first token), a
+- On a saturated pool (every candidate has SATURATED_WAITING requests waiting for their first
+  token or more), a
   conversation whose history the placement index trimmed from a member counts the trimmed
   run as half held there (believed). The engine holds little of it (4-12% was measured), so
   this is no guess about the cache but a bias to return: placed as new instead, the history
@@ -72,6 +73,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 DEFAULT_MOVE_MARGIN = 1.0  # routing.moveMargin
 SATURATED_TRIMMED = 0.5  # what a trimmed chunk counts for on a saturated pool (believed)
+SATURATED_WAITING = 2  # requests waiting on every candidate, at least, for a saturated pool
 
 
 @dataclasses.dataclass(frozen=True)

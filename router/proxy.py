@@ -361,7 +361,10 @@ class Proxy:
                 table.resize(name, self.estimates.chars(ep, size) / holdings.CHUNK_CHARS)
             self._admitting(ep, name)
         held = table.held(facts.scope, facts.chunks)
-        saturated = all(self.estimates.waiting_at(ep, m.name, engines[m.name]) > 0 for m in walk)
+        saturated = all(
+            self.estimates.waiting_at(ep, m.name, engines[m.name]) >= placement.SATURATED_WAITING
+            for m in walk
+        )
         believed = placement.believed(
             held, table.trimmed(facts.scope, facts.chunks, held), saturated=saturated
         )

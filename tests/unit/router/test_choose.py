@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 
 from kvpin import api
-from kvpin.router import holdings
+from kvpin.router import holdings, placement
 from kvpin.router.config import EndpointConfig, ProxySettings, RoutingConfig
 from kvpin.router.membership.base import FixedMembership
 from kvpin.router.metrics import build_metrics
@@ -205,8 +205,8 @@ async def test_a_home_whose_cache_cannot_have_kept_the_conversation_is_not_belie
 async def test_on_a_saturated_pool_a_conversation_the_index_trimmed_goes_back() -> None:
     # conv-8 went to the third member of its walk (a move); the engine's reported cache (10
     # chunks) then took another conversation's 10, and the index trimmed conv-8 there. With
-    # a request waiting on every member its next turn goes back there, where its history went
-    # (router.placement); with a member idle it is placed as new, on the idle first choice.
+    # SATURATED_WAITING requests waiting on every member its next turn goes back there, where
+    # its history went (router.placement); with fewer on one member it is placed as new.
     import time
 
     from kvpin.router.loads import EngineLoad
@@ -221,11 +221,14 @@ async def test_on_a_saturated_pool_a_conversation_the_index_trimmed_goes_back() 
     proxy.engines._loads[member.url] = EngineLoad(0, 0, time.monotonic(),
                                                   capacity=10 * chunk_tokens)  # fmt: skip
     for name in order[1:]:
-        proxy.estimates.sent("ep", name, 1000)
+        for _ in range(placement.SATURATED_WAITING):
+            proxy.estimates.sent("ep", name, 1000)
+    proxy.estimates.sent("ep", order[0], 1000)
     placed = proxy.choose(endpoint, facts("conv-8", 10), set())
     assert proxy._holdings("ep").held(SCOPE, chunks("conv-8", 10)) == {}
-    assert placed.member.name == order[0]  # not saturated: new, on its idle first choice
-    proxy.estimates.sent("ep", order[0], 1000)
+    assert placed.member.name == order[0]  # not saturated: new, on its least loaded choice
+    for _ in range(placement.SATURATED_WAITING - 1):
+        proxy.estimates.sent("ep", order[0], 1000)
     placed = proxy.choose(endpoint, facts("conv-8", 10), set())
     assert placed.member.name == home and not placed.moved
     assert placed.uncached == facts("conv-8", 10).prompt_tokens - 5 * chunk_tokens
