@@ -52,10 +52,11 @@ request that the member does not hold, over the member's prefill rate. Then:
   run as half held there (believed). The engine holds little of it (4-12% was measured), so
   this is no guess about the cache but a bias to return: placed as new instead, the history
   is recomputed into a second cache, where it evicts other conversations' while the pool has
-  no idle member to gain from the move. On both Mooncake windows and the bursty trace, and
-  `long`, it raised the hit rate; counted on any pool, not only a saturated one, it lost 3
-  points on a bursty seed and 7 on a `long` one, where the spread it cost showed
-  (docs/benchmark-history.md, sessions 32-33).
+  no idle member to gain from the move. It raised the saturated Mooncake window's hit rate
+  by 1.5 points and lowered its latency, and left the other traces and workloads level.
+  Counted whenever every member had one request waiting, it cost the busy but unsaturated
+  window 2000 its latency; counted on any pool, 3 points on a bursty seed and 7 on a `long`
+  one (docs/benchmark-history.md, sessions 32-33).
 - Ties break by walk order, so replicas with the same membership and the same loads agree;
   and a replica that never saw a conversation's earlier turns presumes them where any replica
   places a new conversation, the first member of its walk (holders).
