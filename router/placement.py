@@ -46,17 +46,16 @@ request that the member does not hold, over the member's prefill rate. Then:
   ahead, while a new conversation whose only cached part is a short shared head (system
   prompt, tools) spreads as soon as the head's holders have work queued. (At 0.25, the earlier
   default, moves bought no time on the benchmarks' traces and cost hit rate.)
-- On a saturated pool (every candidate has SATURATED_WAITING requests waiting for their first
-  token or more), a
-  conversation whose history the placement index trimmed from a member counts the trimmed
-  run as half held there (believed). The engine holds little of it (4-12% was measured), so
-  this is no guess about the cache but a bias to return: placed as new instead, the history
-  is recomputed into a second cache, where it evicts other conversations' while the pool has
-  no idle member to gain from the move. It raised the saturated Mooncake window's hit rate
-  by 1.5 points and lowered its latency, and left the other traces and workloads level.
-  Counted whenever every member had one request waiting, it cost the busy but unsaturated
-  window 2000 its latency; counted on any pool, 3 points on a bursty seed and 7 on a `long`
-  one (docs/benchmark-history.md, sessions 32-33).
+- On a saturated pool (every candidate has SATURATED_WAITING requests or more waiting for
+  their first token), a conversation whose history the placement index trimmed from a member
+  counts the trimmed run as half held there (router.proxy, believed). The engine holds
+  little of it (4-12% was measured), so this is no guess about the cache but a bias to
+  return: placed as new instead, the history is recomputed into a second cache, where it
+  evicts other conversations' while the pool has no idle member to gain from the move. It
+  raised the saturated Mooncake window's hit rate by 1.5 points and lowered its latency, and
+  left the other traces and workloads level. Counted whenever every member had one request
+  waiting, it cost the busy but unsaturated window 2000 its latency; counted on any pool, 3
+  points on a bursty seed and 7 on a `long` one (docs/benchmark-history.md, sessions 32-33).
 - Ties break by walk order, so replicas with the same membership and the same loads agree;
   and a replica that never saw a conversation's earlier turns presumes them where any replica
   places a new conversation, the first member of its walk (holders).
@@ -112,14 +111,10 @@ class Candidate:
         return self.ttft(prompt_tokens) + uncached * self.waiting / self.rate
 
 
-def believed(
-    held: Mapping[str, int], trimmed: Mapping[str, int], *, saturated: bool
-) -> dict[str, float]:
+def believed(held: Mapping[str, int], trimmed: Mapping[str, int]) -> dict[str, float]:
     """The leading chunks of a request each member is taken to hold: what the placement index
-    says it holds, and on a saturated pool SATURATED_TRIMMED of the run after that which the
-    index trimmed from it (the module's docstring says why)."""
-    if not saturated:
-        return dict(held)
+    says it holds, and SATURATED_TRIMMED of the run after that which the index trimmed from it
+    (passed on a saturated pool only: the module's docstring says why)."""
     return {m: held.get(m, 0) + SATURATED_TRIMMED * trimmed.get(m, 0) for m in held | trimmed}
 
 

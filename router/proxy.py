@@ -365,9 +365,8 @@ class Proxy:
             self.estimates.waiting_at(ep, m.name, engines[m.name]) >= placement.SATURATED_WAITING
             for m in walk
         )
-        believed = placement.believed(
-            held, table.trimmed(facts.scope, facts.chunks, held), saturated=saturated
-        )
+        trimmed = table.trimmed(facts.scope, facts.chunks, held) if saturated else {}
+        believed = placement.believed(held, trimmed)
 
         by_conversation, spread = placement.new_conversations(
             head_tokens=facts.head_tokens, first_tokens=facts.first_tokens,

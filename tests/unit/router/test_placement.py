@@ -366,10 +366,10 @@ def test_a_new_conversation_reads_only_the_first_two_members_of_its_walk() -> No
     assert read == ["c", "x", "b"]  # x is not a candidate (tried, ejected): passed over
 
 
-def test_a_trimmed_run_counts_half_held_on_a_saturated_pool_only() -> None:
+def test_a_trimmed_run_counts_for_part_of_its_length_after_the_held_run() -> None:
     held, trimmed = {"a": 2, "b": 4}, {"a": 6, "c": 3}
-    assert placement.believed(held, trimmed, saturated=False) == held
-    assert placement.believed(held, trimmed, saturated=True) == {
+    assert placement.believed(held, {}) == held
+    assert placement.believed(held, trimmed) == {
         "a": 2 + 6 * placement.SATURATED_TRIMMED,
         "b": 4,
         "c": 3 * placement.SATURATED_TRIMMED,
