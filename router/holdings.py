@@ -43,7 +43,7 @@ from kvpin.router.keys import Zones
 
 CHUNK_CHARS = 2048  # routing.prefixChars by default: a head the key shares is a chunk here
 HASH_BYTES = 8
-ENTRY_BYTES = 120  # a name and its place in a member's table: 116 by `kvpin bench router`
+ENTRY_BYTES = 120  # a name in a member's table or the ghosts: 119 by `kvpin bench router`
 GHOSTS_SHARE = 0.25  # of the bytes, for names of trimmed chunks and the member they left
 
 
