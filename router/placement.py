@@ -47,15 +47,20 @@ request that the member does not hold, over the member's prefill rate. Then:
   prompt, tools) spreads as soon as the head's holders have work queued. (At 0.25, the earlier
   default, moves bought no time on the benchmarks' traces and cost hit rate.)
 - On a saturated pool (every candidate has SATURATED_WAITING requests or more waiting for
-  their first token), a conversation whose history the placement index trimmed from a member
-  counts the trimmed run as half held there (router.proxy, believed). The engine holds
-  little of it (4-12% was measured), so this is no guess about the cache but a bias to
-  return: placed as new instead, the history is recomputed into a second cache, where it
-  evicts other conversations' while the pool has no idle member to gain from the move. It
-  raised the saturated Mooncake window's hit rate by 1.5 points and lowered its latency, and
-  left the other traces and workloads level. Counted whenever every member had one request
-  waiting, it cost the busy but unsaturated window 2000 its latency; counted on any pool, 3
-  points on a bursty seed and 7 on a `long` one (docs/benchmark-history.md, sessions 32-33).
+  their first token) the pool has no idle member for a move to gain from, and every copy of a
+  history adds work that the requests queued everywhere wait behind. So there:
+  - a request leaves its home only for a member holding as much of it (a move that
+    recomputes nothing; what it spares is only queueing). Priced per request, the moves
+    recomputing part of a history still went through on the saturated Mooncake window, and
+    no moves at all was ahead there in every run but cost where the pool grows, where the
+    member that joined has nothing waiting (docs/benchmark-history.md, sessions 25-28 and 34);
+  - a conversation whose history the placement index trimmed from a member counts the
+    trimmed run as half held there (router.proxy, believed). The engine holds little of it
+    (4-12% was measured), so this is no guess about the cache but a bias to return: placed as
+    new instead, the history is recomputed into a second cache, where it evicts other
+    conversations'. Counted whenever every member had one request waiting, it cost the busy
+    but unsaturated window 2000 its latency; counted on any pool, 3 points on a bursty seed
+    and 7 on a `long` one (sessions 32-34).
 - Ties break by walk order, so replicas with the same membership and the same loads agree;
   and a replica that never saw a conversation's earlier turns presumes them where any replica
   places a new conversation, the first member of its walk (holders).
@@ -211,6 +216,7 @@ def decide(
     *,
     head_tokens: int = 0,
     head_changed: bool = False,
+    saturated: bool = False,
 ) -> Decision:
     """The member for a request; `walk` in the key's ring order, never empty.
 
@@ -223,6 +229,7 @@ def decide(
     to follow it is every member). `head_tokens` is the size
     of its system prompt and tools: a request holding no more is new, and a member holding
     them has no less work for it (the head will be copied to wherever its conversations go).
+    On a `saturated` pool a request leaves its home only for a member holding as much of it.
     """
     held = max(c.cached_tokens for c in walk)
     fresh = held <= settings.fresh_below * prompt_tokens or bool(
@@ -245,7 +252,8 @@ def decide(
         first = min(order, key=lambda c: c.queued_tokens - max(0, c.cached_tokens - head_tokens))
         return Decision(first.name, moved=False, fresh=True)
     stay = next((c for c in walk if c.name == home), walk[0])
-    best = min(walk, key=lambda c: c.cost(prompt_tokens))
+    ahead = [c for c in walk if not saturated or c.cached_tokens >= stay.cached_tokens]
+    best = min(ahead, key=lambda c: c.cost(prompt_tokens))
     recomputed = max(0, stay.cached_tokens - best.cached_tokens)
     margin = (settings.margin * recomputed + settings.margin_tokens) / stay.rate
     if best is not stay and best.cost(prompt_tokens) < stay.ttft(prompt_tokens) - margin:

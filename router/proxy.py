@@ -406,7 +406,7 @@ class Proxy:
             candidates, home, facts.prompt_tokens, routing.costs(),
             conversation() if routing.fresh_below else (),
             head_tokens=facts.head_tokens if by_conversation else 0,
-            head_changed=facts.head_changed,
+            head_changed=facts.head_changed, saturated=saturated,
         )  # fmt: skip
         chosen = next(c for c in candidates if c.name == decision.member)
         return Placed(

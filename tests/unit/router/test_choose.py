@@ -269,3 +269,24 @@ async def test_a_move_is_priced_by_the_requests_waiting_where_it_would_go() -> N
         proxy.estimates.sent("ep", other, 0)
     placed = proxy.choose(endpoint, facts("conv-9", 10), set())
     assert placed.member.name == home and not placed.moved
+
+
+async def test_on_a_saturated_pool_a_conversation_stays_with_its_history() -> None:
+    # conv-9's home has 200,000 tokens of prefill queued (about 20 s): an idle member is far
+    # ahead, and it moves. With SATURATED_WAITING requests waiting on every member (their
+    # prompts held: no prefill queued on the others) the move would copy its history into a
+    # second cache on a pool with no idle member: it stays (router.placement).
+    proxy, endpoint = await proxy_for()
+    order = walk(endpoint, "conv-9")
+    home = order[0]
+    proxy._holdings("ep").record(SCOPE, chunks("conv-9", 10), home)
+    proxy.estimates.sent("ep", home, 200_000)
+    for name in order:
+        for _ in range(placement.SATURATED_WAITING - 1):
+            proxy.estimates.sent("ep", name, 0)
+    placed = proxy.choose(endpoint, facts("conv-9", 10), set())
+    assert placed.moved and placed.member.name != home  # one member short of saturated
+    proxy.estimates.sent("ep", order[1], 0)
+    proxy.estimates.sent("ep", order[2], 0)
+    placed = proxy.choose(endpoint, facts("conv-9", 10), set())
+    assert placed.member.name == home and not placed.moved

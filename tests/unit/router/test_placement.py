@@ -139,6 +139,21 @@ def test_a_move_onto_a_member_with_requests_waiting_pays_for_their_wait_too() ->
     assert placement.decide(two, "home", 41_000, S).member == "d"
 
 
+def test_on_a_saturated_pool_a_request_leaves_home_only_for_as_much_held() -> None:
+    # the move above (4.1 s against home's 6.1 - 1.03): on a saturated pool it would copy the
+    # 40k held into b's cache while every member has requests queued: stay
+    walk = [c("b"), c("home", queued=60_000, cached=40_000)]
+    assert placement.decide(walk, "home", 41_000, S, saturated=True).member == "home"
+    # a member holding as much is still taken when ahead (only queueing is spared)
+    same = [c("b"), c("d", cached=40_000), c("home", queued=60_000, cached=40_000)]
+    assert placement.decide(same, "home", 41_000, S, saturated=True) == placement.Decision(
+        "d", True, False
+    )
+    # new conversations are placed as before
+    fresh = [c("b", queued=5000), c("home")]
+    assert placement.decide(fresh, None, 41_000, S, saturated=True).member == "home"
+
+
 def test_a_short_shared_head_is_left_for_a_member_with_less_queued() -> None:
     # holder (1500 + 200) / 10k = 0.17 s; b 1500 / 10k = 0.15 s;
     # margin (0.25 x 1300 + 256) / 10k = 0.058 s: 0.15 > 0.112 -> stay
