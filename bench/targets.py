@@ -166,8 +166,10 @@ class Oracle(Target):
         order = fresh if by_conversation else ()
         home = placement.home_of(held, [c.name for c in candidates], order)
         head = head_tokens if by_conversation else 0
+        saturated = placement.saturated(c.waiting for c in candidates)
         decision = placement.decide(candidates, home, prompt, self.costs, fresh, head_tokens=head,
-                                    head_changed=broken in breaks.HEAD_ZONES)  # fmt: skip
+                                    head_changed=broken in breaks.HEAD_ZONES,
+                                    saturated=saturated)  # fmt: skip
         return decision.member
 
     def pick(self, endpoint: str) -> str:

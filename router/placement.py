@@ -116,6 +116,12 @@ class Candidate:
         return self.ttft(prompt_tokens) + uncached * self.waiting / self.rate
 
 
+def saturated(waiting: Iterable[float]) -> bool:
+    """Whether a pool is saturated: every candidate has SATURATED_WAITING requests or more
+    waiting for their first token (the module's docstring says what changes then)."""
+    return all(n >= SATURATED_WAITING for n in waiting)
+
+
 def believed(held: Mapping[str, int], trimmed: Mapping[str, int]) -> dict[str, float]:
     """The leading chunks of a request each member is taken to hold: what the placement index
     says it holds, and SATURATED_TRIMMED of the run after that which the index trimmed from it

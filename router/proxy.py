@@ -361,9 +361,8 @@ class Proxy:
                 table.resize(name, self.estimates.chars(ep, size) / holdings.CHUNK_CHARS)
             self._admitting(ep, name)
         held = table.held(facts.scope, facts.chunks)
-        saturated = all(
-            self.estimates.waiting_at(ep, m.name, engines[m.name]) >= placement.SATURATED_WAITING
-            for m in walk
+        saturated = placement.saturated(
+            self.estimates.waiting_at(ep, m.name, engines[m.name]) for m in walk
         )
         trimmed = table.trimmed(facts.scope, facts.chunks, held) if saturated else {}
         believed = placement.believed(held, trimmed)

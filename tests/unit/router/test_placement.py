@@ -154,6 +154,12 @@ def test_on_a_saturated_pool_a_request_leaves_home_only_for_as_much_held() -> No
     assert placement.decide(fresh, None, 41_000, S, saturated=True).member == "home"
 
 
+def test_a_pool_is_saturated_when_every_candidate_has_two_waiting() -> None:
+    assert placement.saturated([2, 3, 2])
+    assert not placement.saturated([2, 1, 5])
+    assert not placement.saturated([2.0, 1.5])  # other replicas' waiting, read off a scrape
+
+
 def test_a_short_shared_head_is_left_for_a_member_with_less_queued() -> None:
     # holder (1500 + 200) / 10k = 0.17 s; b 1500 / 10k = 0.15 s;
     # margin (0.25 x 1300 + 256) / 10k = 0.058 s: 0.15 > 0.112 -> stay
