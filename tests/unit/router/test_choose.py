@@ -253,14 +253,21 @@ async def test_a_relaying_replica_floors_the_cap_like_a_router_alone() -> None:
     assert proxy.choose(endpoint, facts("conv-7", 10), set()).member.name != home
 
 
+async def at_home(key: str, *, queued: int) -> tuple[Proxy, object, list[str]]:
+    """A proxy whose index holds 10 chunks of `key` on the first member of its walk, with
+    `queued` tokens of prefill sent there; and that walk."""
+    proxy, endpoint = await proxy_for()
+    order = walk(endpoint, key)
+    proxy._holdings("ep").record(SCOPE, chunks(key, 10), order[0])
+    proxy.estimates.sent("ep", order[0], queued)
+    return proxy, endpoint, order
+
+
 async def test_a_move_is_priced_by_the_requests_waiting_where_it_would_go() -> None:
     # 10 chunks (5,120 tokens) of a 5,220-token turn at home, 15,000 tokens queued there:
     # home 1.51 s; an idle member 0.52 s, ahead by more than the margin (0.54 s): a move
-    proxy, endpoint = await proxy_for()
-    order = walk(endpoint, "conv-9")
+    proxy, endpoint, order = await at_home("conv-9", queued=15_000)
     home = order[0]
-    proxy._holdings("ep").record(SCOPE, chunks("conv-9", 10), home)
-    proxy.estimates.sent("ep", home, 15_000)
     placed = proxy.choose(endpoint, facts("conv-9", 10), set())
     assert placed.moved and placed.member.name == order[1]
     # one request waiting on each of the others (their prompts held: no queued prefill):
@@ -276,11 +283,8 @@ async def test_on_a_saturated_pool_a_conversation_stays_with_its_history() -> No
     # ahead, and it moves. With SATURATED_WAITING requests waiting on every member (their
     # prompts held: no prefill queued on the others) the move would copy its history into a
     # second cache on a pool with no idle member: it stays (router.placement).
-    proxy, endpoint = await proxy_for()
-    order = walk(endpoint, "conv-9")
+    proxy, endpoint, order = await at_home("conv-9", queued=200_000)
     home = order[0]
-    proxy._holdings("ep").record(SCOPE, chunks("conv-9", 10), home)
-    proxy.estimates.sent("ep", home, 200_000)
     for name in order:
         for _ in range(placement.SATURATED_WAITING - 1):
             proxy.estimates.sent("ep", name, 0)
