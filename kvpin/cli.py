@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, NoReturn
 
 from kvpin import __version__, logs
 
@@ -698,7 +700,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command != "operator":  # kopf configures logging for the operator itself
         logs.configure(level=args.log_level, json_format=args.log_json)
     run: Callable[[argparse.Namespace], None] = args.run
+    if args.command in ("bench", "demo"):  # they start servers: SIGTERM must stop them too
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         run(args)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def _terminated(signum: int, _frame: FrameType | None) -> NoReturn:
+    """SIGTERM (`timeout`, `kill`, a CI job cancelled) as an exit through every `finally`,
+    which stops the servers a benchmark started: Python's default ends the process at once
+    and leaves them running."""
+    raise SystemExit(128 + signum)

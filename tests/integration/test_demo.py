@@ -13,6 +13,8 @@ import time
 import urllib.request
 import uuid
 
+import pytest
+
 KVPIN = pathlib.Path(sys.executable).parent / "kvpin"
 TINY = ["--conversations", "10", "--turns", "3", "--pods", "2", "--agents", "2",
         "--system-words", "120", "--cache-blocks", "600", "--time-scale", "0.02",
@@ -77,10 +79,11 @@ def test_the_demo_beats_random_and_cleans_up(tmp_path: pathlib.Path) -> None:
     assert marked_processes(mark) == []  # every simulator and router it started is gone
 
 
-def test_ctrl_c_stops_the_demo_and_its_processes() -> None:
-    """Interrupted during startup (its servers just up) and during the replay (its router has
-    answered requests): it stops at once, with the interrupt's exit code, and leaves no
-    process behind.
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_stops_the_demo_and_its_processes(sig: int, code: int) -> None:
+    """Interrupted (Ctrl-C) or terminated (`timeout`, `kill`) during startup (its servers just
+    up) and during the replay (its router has answered requests): it stops at once, with the
+    signal's exit code, and leaves no process behind.
 
     The demo is started with SIGINT at its default: a test run started in the background by a
     non-interactive shell inherits SIGINT ignored (as shells do for background jobs), and so
@@ -109,14 +112,14 @@ def test_ctrl_c_stops_the_demo_and_its_processes() -> None:
         ):
             time.sleep(0.1)
         assert time.monotonic() < deadline, f"the demo never reached its {moment}"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         try:
             proc.wait(60)  # each server gets seconds to stop, more on a loaded machine
         except subprocess.TimeoutExpired:
             proc.kill()
             raise AssertionError(f"the demo did not stop: {bytes(seen)[-3000:]!r}") from None
         reader.join(10)
-        assert proc.returncode == 130, (moment, bytes(seen)[-3000:])
+        assert proc.returncode == code, (moment, bytes(seen)[-3000:])
         deadline = time.monotonic() + 15
         while marked_processes(mark) and time.monotonic() < deadline:
             time.sleep(0.2)
