@@ -15,6 +15,7 @@ import asyncio
 import collections
 import itertools
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -122,6 +123,9 @@ class Oracle(Target):
             placement.Demand
         )
         self.breaks = breaks.BreakDetector()
+        self.arrivals: collections.defaultdict[str, estimates.Arrivals] = collections.defaultdict(
+            estimates.Arrivals
+        )
         self._session: aiohttp.ClientSession | None = None
 
     async def _ask(self, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -136,6 +140,9 @@ class Oracle(Target):
         key = keys.routing_key("prefix", endpoint, summary.head, None,
                                prefix_chars=self.prefix_chars)  # fmt: skip
         walk = list(self.rings[endpoint].walk(key))
+        now = time.monotonic()
+        self.arrivals[endpoint].add(now)
+        arrivals = self.arrivals[endpoint].rate(now) / len(walk)
         seen = await asyncio.gather(*(self._ask(m.name, body) for m in walk))
         if not all("cached_tokens" in answer for answer in seen):
             return walk[0].name  # the engines refuse it (too long, say): they will say so again
@@ -143,7 +150,7 @@ class Oracle(Target):
             placement.Candidate(m.name, s["queued_prefill_tokens"]
                                 + estimates.DECODE_TOKENS * s["running"],
                                 s["cached_tokens"], self.costs.prefill_tokens_per_s,
-                                s["prefilling"])
+                                s["prefilling"], arrivals)
             for m, s in zip(walk, seen, strict=True)
         ]  # fmt: skip
         prompt = seen[0]["prompt_tokens"]

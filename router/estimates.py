@@ -10,12 +10,15 @@ Pure (no I/O; times are arguments). What this router replica knows:
 - each endpoint's characters per token (prompt characters over `usage.prompt_tokens`), to size
   the next prompts from their bodies;
 - the mean uncached size of a request, to price requests other replicas sent (seen only as the
-  engine's count of waiting requests, see router.loads).
+  engine's count of waiting requests, see router.loads);
+- each endpoint's recent arrival rate, to price the requests that a move's prefill would delay
+  (router.placement).
 """
 
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Collection
 
 from kvpin.router.loads import EngineLoad
@@ -24,6 +27,7 @@ DECODE_TOKENS = 32.0  # the prefill-equivalent cost of one running sequence in t
 CHARS_PER_TOKEN = 4.0  # until measured: English text with a BPE tokenizer
 SMOOTHING = 0.2  # weight of the newest observation in every moving average
 MIN_SAMPLE_TOKENS = 256  # shorter prefills say more about latency than about rate
+ARRIVALS_WINDOW_S = 5.0  # time constant of the arrival rate: about a busy member's queue
 
 
 def _average(old: float | None, new: float) -> float:
@@ -41,6 +45,24 @@ def _others(engine: EngineLoad | None, mine_waiting: int) -> tuple[float, float]
     return waiting, others - waiting
 
 
+class Arrivals:
+    """An endpoint's requests per second lately: a count decayed exponentially over
+    ARRIVALS_WINDOW_S, so a burst shows at once and fades as it passes. O(1)."""
+
+    def __init__(self) -> None:
+        self._count, self._at = 0.0, 0.0
+
+    def add(self, now: float) -> None:
+        """One request came in at `now`."""
+        self._count, self._at = self._decayed(now) + 1.0, now
+
+    def rate(self, now: float) -> float:
+        return self._decayed(now) / ARRIVALS_WINDOW_S
+
+    def _decayed(self, now: float) -> float:
+        return self._count * math.exp(-max(0.0, now - self._at) / ARRIVALS_WINDOW_S)
+
+
 class Estimates:
     """Load, rate and size estimates of one router replica."""
 
@@ -52,6 +74,7 @@ class Estimates:
         self.rates: dict[tuple[str, str], float] = {}
         self.chars_per_token: dict[str, float] = {}
         self.mean_uncached: dict[str, float] = {}
+        self.arrivals: collections.defaultdict[str, Arrivals] = collections.defaultdict(Arrivals)
 
     def tokens(self, endpoint: str, chars: int) -> int:
         """Tokens of a text of `chars` characters sent to `endpoint`."""

@@ -33,13 +33,16 @@ request that the member does not hold, over the member's prefill rate. Then:
   in the conversation's walk; else the key's ring owner) stays the choice unless another
   member's cost is lower by more than the margin. A member's cost is the request's estimated
   TTFT there plus the time its prefill there adds to the requests that will queue behind it:
-  by Little's law, over one wait as many arrive as are waiting now, so its uncached tokens
-  times the requests waiting there. On a member with nothing waiting that is nothing; on a
-  saturated pool every member has a queue, and a move's recomputed prefill would delay every
-  request behind it, so conversations stay home. What leaving spares the home's queue is not
-  counted: a home's queue in a burst drains when the burst passes, and counting it moved more
-  conversations off their caches on the bursty trace and lost hit rate there
-  (docs/benchmark-history.md, session 15).
+  those waiting there now (by Little's law, over one wait as many arrive as are waiting),
+  and those arriving while the prefill runs (the endpoint's recent rate over its members),
+  who wait half of it on average. The last grows with the square of what is recomputed: a
+  short head is still copied to a member with less queued, but a long history moves only to
+  a member far ahead, and less readily the busier the endpoint. Without it an idle member
+  drew long histories off caches that kept them: on a pool whose caches held everything such
+  moves bought no latency and cost 4-8% of the hit rate (docs/benchmark-history.md, session
+  35). What leaving spares the home's queue is not counted: a home's queue in a burst drains
+  when the burst passes, and counting it moved more conversations off their caches on the
+  bursty trace and lost hit rate there (docs/benchmark-history.md, session 15).
   The margin prices what the cost leaves out, the copy left behind on the home (cache space
   lost to duplication): a move must save `margin` (1) times the tokens it recomputes, plus
   `margin_tokens` of hysteresis. A long conversation leaves its home only for a member far
@@ -104,6 +107,7 @@ class Candidate:
     cached_tokens: int  # tokens of this request it probably holds
     rate: float  # its prefill tokens per second
     waiting: float = 0.0  # requests there still waiting for their first token
+    arrivals: float = 0.0  # requests per second expected there
 
     def ttft(self, prompt_tokens: int) -> float:
         """Estimated seconds to the first token of a request of `prompt_tokens` there."""
@@ -111,9 +115,10 @@ class Candidate:
 
     def cost(self, prompt_tokens: int) -> float:
         """Its TTFT there plus the time its prefill adds to the requests that will queue
-        behind it: by Little's law as many as wait there now (arrivals over one wait)."""
-        uncached = max(0, prompt_tokens - self.cached_tokens)
-        return self.ttft(prompt_tokens) + uncached * self.waiting / self.rate
+        behind it: as many as wait there now (by Little's law, arrivals over one wait), and
+        those arriving while it runs, delayed by half of it on average."""
+        busy = max(0, prompt_tokens - self.cached_tokens) / self.rate
+        return self.ttft(prompt_tokens) + busy * (self.waiting + self.arrivals * busy / 2)
 
 
 def saturated(waiting: Iterable[float]) -> bool:

@@ -354,6 +354,8 @@ class Proxy:
             walk, loads, load_factor=routing.load_factor, size=len(endpoint.ring),
         )  # fmt: skip
         engines = {m.name: self.engines.get(m.url, now) for m in walk}
+        self.estimates.arrivals[ep].add(now)
+        arrivals = self.estimates.arrivals[ep].rate(now) / len(endpoint.ring)
         table = self._holdings(ep)
         for name, engine in engines.items():
             size = routing.cache_tokens or (engine.capacity if engine is not None else None)
@@ -398,6 +400,7 @@ class Proxy:
                 cached.get(m.name, 0),
                 self.estimates.rate(ep, m.name, routing.prefill_tokens_per_s),
                 self.estimates.waiting_at(ep, m.name, engines[m.name]),
+                arrivals,
             )
             for m in capped
         ]

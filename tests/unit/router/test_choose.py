@@ -278,6 +278,19 @@ async def test_a_move_is_priced_by_the_requests_waiting_where_it_would_go() -> N
     assert placed.member.name == home and not placed.moved
 
 
+async def test_a_move_is_priced_by_the_requests_arriving_while_it_recomputes() -> None:
+    # the move above (an idle member at 0.52 s against home's 1.51 - 0.54) while 60 requests
+    # came to the endpoint in the last instant: 60 / ARRIVALS_WINDOW_S (5 s) = 12 a second, 4
+    # on each member; 2.1 of them arrive on the idle member over the move's 0.52 s of prefill
+    # and wait 0.26 s each (0.52 + 0.54 > 0.97): stay. Every attempt placed counts.
+    proxy, endpoint, order = await at_home("conv-9", queued=15_000)
+    assert proxy.choose(endpoint, facts("conv-9", 10), set()).moved
+    for i in range(59):
+        proxy.choose(endpoint, facts(f"other-{i}", 0), set())
+    placed = proxy.choose(endpoint, facts("conv-9", 10), set())
+    assert placed.member.name == order[0] and not placed.moved
+
+
 async def test_on_a_saturated_pool_a_conversation_stays_with_its_history() -> None:
     # conv-9's home has 200,000 tokens of prefill queued (about 20 s): an idle member is far
     # ahead, and it moves. With SATURATED_WAITING requests waiting on every member (their

@@ -1,5 +1,7 @@
 """Load, rate and size estimates (router.estimates)."""
 
+import math
+
 from kvpin.router import estimates
 from kvpin.router.loads import EngineLoad, parse
 
@@ -166,3 +168,20 @@ def test_the_cache_size_is_read_from_vllm_and_sglang_metrics() -> None:
     assert parse(nan, 0).capacity is None
     after_nan = "vllm:num_requests_waiting NaN\n" + info + "vllm:num_requests_running 2\n"
     assert parse(after_nan, 0) == EngineLoad(0, 2, 0, capacity=32_000)  # one bad line skipped
+
+
+def test_the_arrival_rate_counts_requests_decayed_over_a_window() -> None:
+    window = estimates.ARRIVALS_WINDOW_S
+    arrivals = estimates.Arrivals()
+    assert arrivals.rate(0.0) == 0.0
+    for i in range(10):
+        arrivals.add(100.0 + i * 0.01)  # a burst of ten
+    assert 9.8 / window < arrivals.rate(100.1) < 10 / window
+    # one window later it has decayed by e, and it never rises without arrivals
+    later = arrivals.rate(100.09 + window)
+    assert abs(later - 10 / window / math.e) < 0.05 / window
+    assert arrivals.rate(100.09 + 3 * window) < later
+    # kept per endpoint
+    e = estimates.Estimates()
+    e.arrivals["ep"].add(1.0)
+    assert e.arrivals["other"].rate(1.0) == 0.0 and e.arrivals["ep"].rate(1.0) == 1 / window

@@ -139,6 +139,24 @@ def test_a_move_onto_a_member_with_requests_waiting_pays_for_their_wait_too() ->
     assert placement.decide(two, "home", 41_000, S).member == "d"
 
 
+def test_a_move_pays_for_the_requests_arriving_while_it_recomputes() -> None:
+    # the move above (b idle: 4.1 s against home's 6.1 - 1.03): at 0.2 requests a second
+    # expected on b, 0.82 arrive over b's 4.1 s of prefill and wait 2.05 s each on average:
+    # 4.1 + 1.68 = 5.78 s > 5.07 -> stay; at 0.05 a second 4.1 + 0.42 = 4.52 s -> move
+    def walk(arrivals: float) -> list[Candidate]:
+        return [Candidate("b", 0, 0, 10_000, arrivals=arrivals),
+                Candidate("home", 60_000, 40_000, 10_000, arrivals=arrivals)]  # fmt: skip
+
+    assert placement.decide(walk(0.2), "home", 41_000, S).member == "home"
+    assert placement.decide(walk(0.05), "home", 41_000, S).member == "b"
+    # quadratic in what is recomputed: a short head (1300 of 1500 tokens, 0.15 s on b) still
+    # leaves a holder 0.3 s behind at the same 0.2 a second (0.15 + 0.002 < 0.32 - 0.058)
+    short = [Candidate("holder", 3000, 1300, 10_000, arrivals=0.2),
+             Candidate("b", 0, 0, 10_000, arrivals=0.2)]  # fmt: skip
+    assert placement.decide(short, "holder", 1500, S).member == "b"
+    assert short[1].cost(1500) == 0.15 + 0.15 * 0.2 * 0.15 / 2
+
+
 def test_on_a_saturated_pool_a_request_leaves_home_only_for_as_much_held() -> None:
     # the move above (4.1 s against home's 6.1 - 1.03): on a saturated pool it would copy the
     # 40k held into b's cache while every member has requests queued: stay
