@@ -43,12 +43,18 @@ request that the member does not hold, over the member's prefill rate. Then:
   35). What leaving spares the home's queue is not counted: a home's queue in a burst drains
   when the burst passes, and counting it moved more conversations off their caches on the
   bursty trace and lost hit rate there (docs/benchmark-history.md, session 15).
-  The margin prices what the cost leaves out, the copy left behind on the home (cache space
-  lost to duplication): a move must save `margin` (1) times the tokens it recomputes, plus
-  `margin_tokens` of hysteresis. A long conversation leaves its home only for a member far
-  ahead, while a new conversation whose only cached part is a short shared head (system
-  prompt, tools) spreads as soon as the head's holders have work queued. (At 0.25, the earlier
-  default, moves bought no time on the benchmarks' traces and cost hit rate.)
+  The margin prices what the cost leaves out. The tokens a move recomputes are lost to the
+  hit rate for good, and go into a second cache, where they evict other conversations'
+  histories; what it saves is mostly a passing queue (one very long prompt ahead of it, a
+  burst), gone by the conversation's next turn. So a move must save `margin` (5) times the
+  tokens it recomputes, plus `margin_tokens` of hysteresis: a history leaves its home only
+  when it is stuck behind far more work than it holds (a member that joined empty, a home
+  that drew too many conversations), and a short shared head (a system prompt, a tenth of a
+  second to copy) still leaves holders a second or more behind. At 1, the default until
+  session 36, the moves bought no latency any benchmark could tell from its noise and cost
+  2 to 3 points of hit rate where a few very long prompts hold members up (the Mooncake trace
+  from request 3,393) and 5 points of the bound where caches hold everything
+  (docs/benchmark-history.md, session 36).
 - On a saturated pool (every candidate has SATURATED_WAITING requests or more waiting for
   their first token) the pool has no idle member for a move to gain from, and every copy of a
   history adds work that the requests queued everywhere wait behind. So there:
@@ -79,7 +85,7 @@ import itertools
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
-DEFAULT_MOVE_MARGIN = 1.0  # routing.moveMargin
+DEFAULT_MOVE_MARGIN = 5.0  # routing.moveMargin
 SATURATED_TRIMMED = 0.5  # what a trimmed chunk counts for on a saturated pool (believed)
 SATURATED_WAITING = 2  # requests waiting on every candidate, at least, for a saturated pool
 

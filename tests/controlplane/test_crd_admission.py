@@ -37,7 +37,7 @@ def test_defaults_are_applied_by_the_api_server(
     assert spec["routing"] == {
         "key": "prefix", "loadFactor": 2, "virtualNodes": 160, "sessionHeader": "X-Session-ID",
         "prefixChars": 2048, "cacheSalt": "none", "prefillTokensPerSecond": 10000,
-        "moveMargin": 1, "freshBelow": 0.3, "keepHomes": True,
+        "moveMargin": 5, "freshBelow": 0.3, "keepHomes": True,
         "warmup": {"heads": 8, "timeoutSeconds": 30, "concurrency": 2},
     }  # fmt: skip
     assert spec["drain"] == {"leaveRingSeconds": 10, "gracePeriodSeconds": 180}

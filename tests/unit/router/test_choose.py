@@ -264,14 +264,15 @@ async def at_home(key: str, *, queued: int) -> tuple[Proxy, object, list[str]]:
 
 
 async def test_a_move_is_priced_by_the_requests_waiting_where_it_would_go() -> None:
-    # 10 chunks (5,120 tokens) of a 5,220-token turn at home, 15,000 tokens queued there:
-    # home 1.51 s; an idle member 0.52 s, ahead by more than the margin (0.54 s): a move
-    proxy, endpoint, order = await at_home("conv-9", queued=15_000)
+    # 10 chunks (5,120 tokens) of a 5,220-token turn at home, 34,000 tokens queued there:
+    # home 3.41 s; an idle member 0.52 s, ahead by more than the margin (5 x 5,120 + 256
+    # tokens: 2.58 s): a move
+    proxy, endpoint, order = await at_home("conv-9", queued=34_000)
     home = order[0]
     placed = proxy.choose(endpoint, facts("conv-9", 10), set())
     assert placed.moved and placed.member.name == order[1]
     # one request waiting on each of the others (their prompts held: no queued prefill):
-    # the move's 5,220 tokens would delay it by 0.52 s more (1.04 > 1.51 - 0.54): stay
+    # the move's 5,220 tokens would delay it by 0.52 s more (1.04 > 3.41 - 2.58): stay
     for other in order[1:]:
         proxy.estimates.sent("ep", other, 0)
     placed = proxy.choose(endpoint, facts("conv-9", 10), set())
@@ -279,11 +280,11 @@ async def test_a_move_is_priced_by_the_requests_waiting_where_it_would_go() -> N
 
 
 async def test_a_move_is_priced_by_the_requests_arriving_while_it_recomputes() -> None:
-    # the move above (an idle member at 0.52 s against home's 1.51 - 0.54) while 60 requests
+    # the move above (an idle member at 0.52 s against home's 3.41 - 2.58) while 60 requests
     # came to the endpoint in the last instant: 60 / ARRIVALS_WINDOW_S (5 s) = 12 a second, 4
     # on each member; 2.1 of them arrive on the idle member over the move's 0.52 s of prefill
-    # and wait 0.26 s each (0.52 + 0.54 > 0.97): stay. Every attempt placed counts.
-    proxy, endpoint, order = await at_home("conv-9", queued=15_000)
+    # and wait 0.26 s each (0.52 + 0.54 > 0.83): stay. Every attempt placed counts.
+    proxy, endpoint, order = await at_home("conv-9", queued=34_000)
     assert proxy.choose(endpoint, facts("conv-9", 10), set()).moved
     for i in range(59):
         proxy.choose(endpoint, facts(f"other-{i}", 0), set())

@@ -157,6 +157,17 @@ def test_a_move_pays_for_the_requests_arriving_while_it_recomputes() -> None:
     assert short[1].cost(1500) == 0.15 + 0.15 * 0.2 * 0.15 / 2
 
 
+def test_by_default_a_move_must_save_five_times_what_it_recomputes() -> None:
+    # 5,000 tokens held at home behind 25,000 queued (one long prefill), b idle: moving
+    # recomputes 0.5 s to save 2 s (2.6 s at home, 0.6 s on b), four times: stay. Behind
+    # 40,000 it saves 3.5 s, seven times: move (margin (5 x 5000 + 256) / 10k = 2.53 s)
+    default = placement.CostSettings()
+    walk = [c("b"), c("home", queued=25_000, cached=5_000)]
+    assert placement.decide(walk, "home", 6000, default).member == "home"
+    walk = [c("b"), c("home", queued=40_000, cached=5_000)]
+    assert placement.decide(walk, "home", 6000, default) == placement.Decision("b", True, False)
+
+
 def test_on_a_saturated_pool_a_request_leaves_home_only_for_as_much_held() -> None:
     # the move above (4.1 s against home's 6.1 - 1.03): on a saturated pool it would copy the
     # 40k held into b's cache while every member has requests queued: stay
