@@ -130,10 +130,12 @@ class Estimates:
         self.mean_uncached[endpoint] = _average(self.mean_uncached.get(endpoint), uncached)
 
     def answered(self, endpoint: str, member: str, uncached: float) -> None:
-        """The request's first token came (or it ended without one)."""
+        """The request's first token came (or it ended without one). A member or endpoint
+        forgotten meanwhile stays forgotten."""
         key = (endpoint, member)
-        self.pending[key] = max(0.0, self.pending[key] - uncached)
-        self.waiting[key] = max(0, self.waiting[key] - 1)
+        if key in self.waiting:
+            self.pending[key] = max(0.0, self.pending[key] - uncached)
+            self.waiting[key] = max(0, self.waiting[key] - 1)
 
     def learn(
         self, endpoint: str, member: str, *, prompt_chars: int, prompt_tokens: int,
@@ -148,6 +150,16 @@ class Estimates:
             self.rates[key] = _average(self.rates.get(key), uncached_tokens / ttft_s)
 
     def forget(self, endpoint: str, members: Collection[str]) -> None:
+        """Members whose cache is gone (they left, or came back at a new address)."""
         for table in (self.pending, self.waiting, self.rates):
             for member in members:
                 table.pop((endpoint, member), None)  # type: ignore[attr-defined]
+
+    def drop(self, endpoint: str) -> None:
+        """An endpoint that is gone: nothing of it is kept, so a router whose endpoints come
+        and go (CachedEndpoints created and deleted) holds only those that exist."""
+        for table in (self.pending, self.waiting, self.rates):
+            for key in [k for k in table if k[0] == endpoint]:
+                del table[key]  # type: ignore[attr-defined]
+        for table in (self.chars_per_token, self.mean_uncached, self.arrivals):
+            table.pop(endpoint, None)  # type: ignore[attr-defined]

@@ -354,7 +354,6 @@ class Proxy:
             walk, loads, load_factor=routing.load_factor, size=len(endpoint.ring),
         )  # fmt: skip
         engines = {m.name: self.engines.get(m.url, now) for m in walk}
-        self.estimates.arrivals[ep].add(now)
         arrivals = self.estimates.arrivals[ep].rate(now) / len(endpoint.ring)
         table = self._holdings(ep)
         for name, engine in engines.items():
@@ -445,6 +444,7 @@ class Proxy:
             request.headers, client=request.remote, scheme=request.scheme, host=request.host,
             strip_auth=bool(self.settings.tokens),
         )  # fmt: skip
+        self.estimates.arrivals[ep].add(time.monotonic())  # once: a retry is no new arrival
         for attempt in range(self.settings.max_attempts):
             try:
                 placed = self.choose(endpoint, facts, tried)
@@ -785,7 +785,10 @@ class Proxy:
             self.holdings.pop(ep, None)
         elif ep in self.holdings:
             self.holdings[ep].forget(cold)
-        self.estimates.forget(ep, cold)
+        if after is None:
+            self.estimates.drop(ep)
+        else:
+            self.estimates.forget(ep, cold)
         for member in idle:
             self.loads.get(ep, {}).pop(member, None)
         if after is None and not self.loads.get(ep):

@@ -11,14 +11,16 @@ import gzip
 import json
 import pathlib
 import socket
+import time
 
 import aiohttp
 import pytest
 from aiohttp import web
 
 from kvpin.router import app as router_app
-from kvpin.router import auth, bodies
+from kvpin.router import auth, bodies, keys, ring
 from kvpin.router.config import ParseSettings, ProxySettings, Timeouts
+from kvpin.router.estimates import ARRIVALS_WINDOW_S
 from kvpin.router.membership.base import FixedMembership
 from kvpin.router.membership.static import StaticMembership
 from kvpin.router.outliers import OutlierSettings
@@ -572,3 +574,33 @@ async def test_an_unreachable_member_is_ejected_but_tried_when_all_are(
             assert member == "pod-0"  # ejected, but all are: tried, and it answered
         finally:
             await runner.cleanup()
+
+
+async def test_a_request_that_fails_over_arrives_once_and_a_deleted_endpoint_leaves_nothing(
+    start_sim: StartSim,
+) -> None:
+    # The arrival rate prices moves (router.placement): a retry is the same request, not a
+    # second arrival. And the router's estimates of an endpoint end with it.
+    dead, live = f"http://127.0.0.1:{free_port()}", await start_sim()
+    key = keys.routing_key("endpoint", "ep-a", "", None, prefix_chars=2048)
+    first = next(ring.EndpointRing(endpoint("ep-a", [dead, live]).members).walk(key)).name
+    urls = [dead, live] if first == "pod-0" else [live, dead]  # the dead member is tried first
+    membership = FixedMembership({"ep-a": endpoint("ep-a", urls, key="endpoint")})
+    settings = ProxySettings(engine_metrics_interval=0, max_attempts=2,
+                             outliers=OutlierSettings(eject_seconds=3600))  # fmt: skip
+    app = router_app.make_app(membership, settings)
+    runner, router = await serve(app, **router_app.RUNNER_OPTIONS)
+    try:
+        async with aiohttp.ClientSession() as session:
+            member, _ = await chat(session, router, [{"role": "user", "content": "hello"}])
+            assert member != first  # it failed over
+            assert metric(await scrape(session, router), "kvpin_router_ejections_total",
+                          member=first) == 1  # fmt: skip
+        estimates = app[router_app.PROXY].estimates
+        arrived = estimates.arrivals["ep-a"].rate(time.monotonic()) * ARRIVALS_WINDOW_S
+        assert 0.9 < arrived <= 1.0
+        membership.publish({})
+        for name, table in vars(estimates).items():
+            assert not [k for k in table if "ep-a" in (k if isinstance(k, tuple) else (k,))], name
+    finally:
+        await runner.cleanup()

@@ -136,6 +136,24 @@ def test_forgetting_members_drops_their_estimates_only() -> None:
     e.forget("ep", ["a"])
     assert ("ep", "a") not in e.pending and ("ep", "a") not in e.rates
     assert e.pending[("ep", "b")] == 100 and e.rates[("ep", "b")] == 1.0
+    e.answered("ep", "a", 100)  # a request in flight when its member left
+    assert ("ep", "a") not in e.pending and ("ep", "a") not in e.waiting
+
+
+def test_dropping_an_endpoint_keeps_nothing_of_it() -> None:
+    e = estimates.Estimates()
+    for ep in ("gone", "kept"):
+        e.sent(ep, "a", 100)
+        e.learn(ep, "a", prompt_chars=4000, prompt_tokens=1000, uncached_tokens=1000,
+                ttft_s=0.1, alone=True)  # fmt: skip
+        e.arrivals[ep].add(1.0)
+    before = {name: len(table) for name, table in vars(e).items()}
+    e.drop("gone")
+    e.answered("gone", "a", 100)  # its last request ends after it is gone
+    for name, table in vars(e).items():
+        assert len(table) == before[name] // 2, name  # every table held one of each
+        assert all("gone" not in (k if isinstance(k, tuple) else (k,)) for k in table), name
+    assert e.pending[("kept", "a")] == 100 and e.arrivals["kept"].rate(1.0) > 0
 
 
 def test_engine_metrics_are_summed_over_label_sets_and_engines_of_both_kinds() -> None:
