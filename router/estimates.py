@@ -18,8 +18,10 @@ Pure (no I/O; times are arguments). What this router replica knows:
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from collections.abc import Collection
+from typing import NamedTuple
 
 from kvpin.router.loads import EngineLoad
 
@@ -63,6 +65,17 @@ class Arrivals:
         return self._count * math.exp(-max(0.0, now - self._at) / ARRIVALS_WINDOW_S)
 
 
+class Sent(NamedTuple):
+    """A request counted on a member until its first token: what `answered` takes back.
+    `opened` names the count it joined, so a request sent before its member was forgotten
+    (it left, or restarted) takes nothing back from requests sent there since."""
+
+    endpoint: str
+    member: str
+    uncached: float
+    opened: int
+
+
 class Estimates:
     """Load, rate and size estimates of one router replica."""
 
@@ -75,6 +88,8 @@ class Estimates:
         self.chars_per_token: dict[str, float] = {}
         self.mean_uncached: dict[str, float] = {}
         self.arrivals: collections.defaultdict[str, Arrivals] = collections.defaultdict(Arrivals)
+        self.opened: dict[tuple[str, str], int] = {}  # when each member's count began
+        self._counts = itertools.count()
 
     def tokens(self, endpoint: str, chars: int) -> int:
         """Tokens of a text of `chars` characters sent to `endpoint`."""
@@ -123,18 +138,21 @@ class Estimates:
         mine = self.waiting[(endpoint, member)]
         return mine + _others(engine, mine)[0]
 
-    def sent(self, endpoint: str, member: str, uncached: float) -> None:
+    def sent(self, endpoint: str, member: str, uncached: float) -> Sent:
         key = (endpoint, member)
+        if key not in self.opened:
+            self.opened[key] = next(self._counts)
         self.pending[key] += uncached
         self.waiting[key] += 1
         self.mean_uncached[endpoint] = _average(self.mean_uncached.get(endpoint), uncached)
+        return Sent(endpoint, member, uncached, self.opened[key])
 
-    def answered(self, endpoint: str, member: str, uncached: float) -> None:
+    def answered(self, sent: Sent) -> None:
         """The request's first token came (or it ended without one). A member or endpoint
-        forgotten meanwhile stays forgotten."""
-        key = (endpoint, member)
-        if key in self.waiting:
-            self.pending[key] = max(0.0, self.pending[key] - uncached)
+        forgotten since it was sent stays forgotten, and keeps counting what was sent since."""
+        key = (sent.endpoint, sent.member)
+        if self.opened.get(key) == sent.opened:
+            self.pending[key] = max(0.0, self.pending[key] - sent.uncached)
             self.waiting[key] = max(0, self.waiting[key] - 1)
 
     def learn(
@@ -151,14 +169,14 @@ class Estimates:
 
     def forget(self, endpoint: str, members: Collection[str]) -> None:
         """Members whose cache is gone (they left, or came back at a new address)."""
-        for table in (self.pending, self.waiting, self.rates):
+        for table in (self.pending, self.waiting, self.rates, self.opened):
             for member in members:
                 table.pop((endpoint, member), None)  # type: ignore[attr-defined]
 
     def drop(self, endpoint: str) -> None:
         """An endpoint that is gone: nothing of it is kept, so a router whose endpoints come
         and go (CachedEndpoints created and deleted) holds only those that exist."""
-        for table in (self.pending, self.waiting, self.rates):
+        for table in (self.pending, self.waiting, self.rates, self.opened):
             for key in [k for k in table if k[0] == endpoint]:
                 del table[key]  # type: ignore[attr-defined]
         for table in (self.chars_per_token, self.mean_uncached, self.arrivals):

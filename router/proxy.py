@@ -58,7 +58,7 @@ from kvpin.router import (
 )
 from kvpin.router.breaks import HEAD_ZONES, BreakDetector
 from kvpin.router.config import ProxySettings
-from kvpin.router.estimates import Estimates
+from kvpin.router.estimates import Estimates, Sent
 from kvpin.router.holdings import Holdings
 from kvpin.router.loads import EngineLoads
 from kvpin.router.membership.base import Endpoint, Membership
@@ -108,26 +108,20 @@ class Prefill:
     token arrives, or until the attempt ends without one."""
 
     def __init__(self, estimates: Estimates, endpoint: str, member: str, tokens: int) -> None:
-        self.estimates, self.endpoint, self.member, self.tokens = (
-            estimates,
-            endpoint,
-            member,
-            tokens,
-        )
-        self._open = False
+        self.estimates, self._request = estimates, (endpoint, member, tokens)
+        self._sent: Sent | None = None
 
     def __enter__(self) -> Prefill:
-        self.estimates.sent(self.endpoint, self.member, self.tokens)
-        self._open = True
+        self._sent = self.estimates.sent(*self._request)
         return self
 
     def __exit__(self, *_: object) -> None:
         self.done()
 
     def done(self) -> None:
-        if self._open:
-            self._open = False
-            self.estimates.answered(self.endpoint, self.member, self.tokens)
+        if self._sent is not None:
+            self.estimates.answered(self._sent)
+            self._sent = None
 
 
 @dataclasses.dataclass

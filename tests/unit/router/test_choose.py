@@ -186,13 +186,13 @@ async def test_a_home_whose_cache_cannot_have_kept_the_conversation_is_not_belie
     queued._holdings("ep").record(SCOPE, chunks("conv-7", 10), home)
     queued.engines._loads[member.url] = EngineLoad(0, 1, time.monotonic(),
                                                    capacity=12 * chunk_tokens)  # fmt: skip
-    queued.estimates.sent("ep", home, 10 * chunk_tokens)
+    prompt = queued.estimates.sent("ep", home, 10 * chunk_tokens)
     queued.choose(queued_endpoint, facts("other", 1), set())  # learns the capacity and queue
     queued._holdings("ep").record(SCOPE, chunks("other", 10), home)
     queued.choose(queued_endpoint, facts("conv-7", 10), set())  # (it moves: home is busy)
     assert queued._holdings("ep").held(SCOPE, chunks("conv-7", 10)) == {home: 10}
     # once it is answered (prefilled), it has
-    queued.estimates.answered("ep", home, 10 * chunk_tokens)
+    queued.estimates.answered(prompt)
     queued.choose(queued_endpoint, facts("conv-7", 10), set())
     assert queued._holdings("ep").held(SCOPE, chunks("conv-7", 10)) == {home: 2}
     # a configured cache size wins over the engine's

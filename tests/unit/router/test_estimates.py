@@ -8,10 +8,10 @@ from kvpin.router.loads import EngineLoad, parse
 
 def test_queued_work_counts_what_was_sent_until_its_first_token() -> None:
     e = estimates.Estimates()
-    e.sent("ep", "a", 3000)
+    first = e.sent("ep", "a", 3000)
     e.sent("ep", "a", 1000)
     assert e.queued("ep", "a", in_flight=2, engine=None) == 4000
-    e.answered("ep", "a", 3000)
+    e.answered(first)
     assert e.queued("ep", "a", in_flight=2, engine=None) == 1000 + estimates.DECODE_TOKENS
 
 
@@ -25,13 +25,13 @@ def test_engine_load_adds_what_other_replicas_sent() -> None:
 def test_requests_waiting_are_this_replicas_and_those_the_engine_shows_beyond_them() -> None:
     e = estimates.Estimates()
     assert e.waiting_at("ep", "a", None) == 0
-    e.sent("ep", "a", 2000)
+    first = e.sent("ep", "a", 2000)
     e.sent("ep", "a", 1000)
     assert e.waiting_at("ep", "a", None) == 2
     # the engine has 5 waiting, 2 of them ours: 3 from other replicas
     assert e.waiting_at("ep", "a", EngineLoad(waiting=5, running=1, at=0, mine=2)) == 5
     # a stale scrape showing only ours (now answered) adds nothing
-    e.answered("ep", "a", 2000)
+    e.answered(first)
     assert e.waiting_at("ep", "a", EngineLoad(waiting=2, running=0, at=0, mine=2)) == 1
 
 
@@ -123,34 +123,44 @@ def test_the_mean_uncached_size_prices_other_replicas_waiting_requests() -> None
     e.sent("ep", "a", 1000)
     e.sent("ep", "b", 2000)
     assert e.mean_uncached == {"ep": 1200.0}
-    e.answered("ep", "a", 5000)  # never below zero, whatever was reported
-    e.answered("ep", "a", 1)
-    assert (e.pending[("ep", "a")], e.waiting[("ep", "a")]) == (0.0, 0)
 
 
 def test_forgetting_members_drops_their_estimates_only() -> None:
     e = estimates.Estimates()
-    e.sent("ep", "a", 100)
+    old = e.sent("ep", "a", 100)
     e.sent("ep", "b", 100)
     e.rates[("ep", "a")] = e.rates[("ep", "b")] = 1.0
     e.forget("ep", ["a"])
     assert ("ep", "a") not in e.pending and ("ep", "a") not in e.rates
     assert e.pending[("ep", "b")] == 100 and e.rates[("ep", "b")] == 1.0
-    e.answered("ep", "a", 100)  # a request in flight when its member left
+    e.answered(old)  # a request in flight when its member left
     assert ("ep", "a") not in e.pending and ("ep", "a") not in e.waiting
+
+
+def test_a_request_sent_before_its_member_was_forgotten_takes_nothing_from_those_after() -> None:
+    e = estimates.Estimates()
+    old = e.sent("ep", "a", 3000)
+    e.forget("ep", ["a"])  # it restarted at a new address: its queue is gone
+    e.queued("ep", "a", in_flight=1, engine=None)  # placing the next request reads it
+    new = e.sent("ep", "a", 1000)
+    e.answered(old)  # the old pod's request ends (fails) after the new one was sent
+    assert (e.pending[("ep", "a")], e.waiting[("ep", "a")]) == (1000.0, 1)
+    e.answered(new)
+    assert (e.pending[("ep", "a")], e.waiting[("ep", "a")]) == (0.0, 0)
 
 
 def test_dropping_an_endpoint_keeps_nothing_of_it() -> None:
     e = estimates.Estimates()
+    sent = {ep: e.sent(ep, "a", 100) for ep in ("gone", "kept")}
     for ep in ("gone", "kept"):
-        e.sent(ep, "a", 100)
         e.learn(ep, "a", prompt_chars=4000, prompt_tokens=1000, uncached_tokens=1000,
                 ttft_s=0.1, alone=True)  # fmt: skip
         e.arrivals[ep].add(1.0)
-    before = {name: len(table) for name, table in vars(e).items()}
+    tables = {name: t for name, t in vars(e).items() if isinstance(t, dict)}
+    before = {name: len(table) for name, table in tables.items()}
     e.drop("gone")
-    e.answered("gone", "a", 100)  # its last request ends after it is gone
-    for name, table in vars(e).items():
+    e.answered(sent["gone"])  # its last request ends after it is gone
+    for name, table in tables.items():
         assert len(table) == before[name] // 2, name  # every table held one of each
         assert all("gone" not in (k if isinstance(k, tuple) else (k,)) for k in table), name
     assert e.pending[("kept", "a")] == 100 and e.arrivals["kept"].rate(1.0) > 0
