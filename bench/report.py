@@ -8,8 +8,9 @@ import math
 import pathlib
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from kvpin.bench.scoring import Summary
+from kvpin.bench.scoring import Placement, Summary
 
 
 def markdown(summaries: Sequence[Summary]) -> str:
@@ -107,6 +108,22 @@ def to_json(summaries: Sequence[Summary]) -> str:
         for s in summaries
     ]  # fmt: skip
     return json.dumps(rows, indent=2)
+
+
+def request_rows(policy: str, placed: Sequence[Placement], **labels: Any) -> list[dict[str, Any]]:
+    """One row per request of one policy's run, in the order sent (`--records`): where it
+    went, what it found cached, and how much of it earlier requests had sent, to read a hit
+    rate request by request against another policy's. Sizes and times only, no prompt text."""
+    start = min((p.record.started for p in placed), default=0.0)
+    return [
+        {"policy": policy, **labels, "request": r.request, "endpoint": r.endpoint,
+         "sent_s": round(r.started - start, 4), "ok": r.ok, "pod": r.pod,
+         "ttft_s": round(r.ttft_s, 4), "prompt_tokens": r.prompt_tokens,
+         "cached_tokens": r.cached_tokens, "prefix_tokens": p.prefix_tokens,
+         "followed": p.followed}
+        for p in placed
+        for r in (p.record,)
+    ]  # fmt: skip
 
 
 def chart(summaries: Sequence[Summary], path: pathlib.Path) -> bool:

@@ -307,6 +307,12 @@ async def _peer_workers(name: str, router: str, wanted: set[str]) -> None:
 
 
 Drive = Callable[[str, targets.Target, Callable[[int], None]], Awaitable[replay.Replay]]
+Sink = Callable[[str, Sequence[scoring.Placement]], None]
+"""Takes each policy's requests as its run ends (`kvpin bench ... --records`)."""
+
+
+def _ignore(policy: str, placed: Sequence[scoring.Placement]) -> None:
+    """The default Sink."""
 
 
 def _each_policy(
@@ -317,9 +323,11 @@ def _each_policy(
     total: int,
     bound: Callable[[replay.Replay], tuple[int, int]],
     progress: Callable[[str, int, int], None],
+    sink: Sink = _ignore,
 ) -> list[tuple[scoring.Summary, replay.Replay]]:
     """Drive the same load through every policy in front of the same pools, `config.rounds`
-    times; the summaries and the replays, round after round."""
+    times; the summaries and the replays, round after round. Each run's requests go to
+    `sink` too."""
     out = []
     policies = available_policies(config.policies)
     with _pools(config, endpoints) as pools, tempfile.TemporaryDirectory() as tmp:
@@ -356,10 +364,12 @@ def _each_policy(
                     breaks = sum(_scrape_sum(u, _BREAKS) for u in routers)
                     left = sum(_scrape_sum(u, _LEFT_HOME) for u in routers)
             per_pod = {u: _requests_served(u) - before[u] for u in before}
+            placed = scoring.placements(result.records, result.bodies)
+            sink(policy, placed)
             out.append((scoring.summarize(
                 policy, result.records, bound=bound(result), makespan_s=result.makespan_s,
                 per_pod=per_pod, prefix_breaks=breaks, left_home=left,
-                placed=scoring.affinity(result.records, result.bodies),
+                placed=scoring.affinity(placed),
             ), result))  # fmt: skip
             time.sleep(0.2)
     return out
@@ -397,24 +407,30 @@ def _with_scenario(drive: Drive, pools: Mapping[str, Sequence[str]], total: int)
 
 
 def run(
-    config: BenchConfig, *, progress: Callable[[str, int, int], None] = lambda p, d, t: None
+    config: BenchConfig,
+    *,
+    progress: Callable[[str, int, int], None] = lambda p, d, t: None,
+    sink: Sink = _ignore,
 ) -> list[scoring.Summary]:
     """Run every policy on the closed-loop agent workload; their summaries in order."""
-    return [summary for summary, _ in _run_workload(config, progress)]
+    return [summary for summary, _ in _run_workload(config, progress, sink)]
 
 
 def run_scenario(
-    config: BenchConfig, *, progress: Callable[[str, int, int], None] = lambda p, d, t: None
+    config: BenchConfig,
+    *,
+    progress: Callable[[str, int, int], None] = lambda p, d, t: None,
+    sink: Sink = _ignore,
 ) -> list[tuple[scoring.Summary, list[scenarios.PhaseFigures]]]:
     """The workload with the pool changing (`config.scenario`); figures per phase too."""
     return [
         (summary, [scenarios.figures(p) for p in scenarios.phases(result.records, result.changes)])
-        for summary, result in _run_workload(config, progress)
+        for summary, result in _run_workload(config, progress, sink)
     ]
 
 
 def _run_workload(
-    config: BenchConfig, progress: Callable[[str, int, int], None]
+    config: BenchConfig, progress: Callable[[str, int, int], None], sink: Sink
 ) -> list[tuple[scoring.Summary, replay.Replay]]:
     workload = workloads.generate(config.workload)
 
@@ -429,6 +445,7 @@ def _run_workload(
         config, workload.endpoints, drive,
         total=sum(len(c.user_turns) for c in workload.conversations),
         bound=lambda result: scoring.infinite_cache_hits(result.bodies), progress=progress,
+        sink=sink,
     )  # fmt: skip
 
 
@@ -438,6 +455,7 @@ def run_trace(
     *,
     speed: float,
     progress: Callable[[str, int, int], None] = lambda p, d, t: None,
+    sink: Sink = _ignore,
 ) -> list[scoring.Summary]:
     """Replay a trace open loop through every policy (one endpoint); their summaries."""
     endpoint = "ep-trace"
@@ -454,5 +472,5 @@ def run_trace(
         return bounds[0]
 
     return [summary for summary, _ in _each_policy(
-        config, [endpoint], drive, total=len(requests), bound=bound, progress=progress
+        config, [endpoint], drive, total=len(requests), bound=bound, progress=progress, sink=sink
     )]  # fmt: skip

@@ -77,39 +77,55 @@ class Affinity:
     kept: float  # of the prefix tokens of those that followed, the share found cached there
 
 
-def affinity(
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where one request went, against what earlier requests of the replay had sent."""
+
+    record: Record
+    prefix_tokens: int
+    """Leading tokens of its prompt that earlier answered requests had sent (to any pod): what
+    one unbounded cache per endpoint would have held, in the order this replay sent them."""
+    followed: bool
+    """Sent to a pod its prefix had been sent to (False when nothing of it had been sent)."""
+
+
+def placements(
     records: Iterable[Record],
     bodies: Sequence[Mapping[str, Any]],
     *,
     block_size: int = 16,
     salt: int = 0,
-) -> Affinity | None:
-    """The affinity of one replay (its answered records, in the order they were sent); None
-    when the pods did not name themselves (`kvpin sim --pod-name`)."""
-    answered = sorted(
-        (r for r in records if r.ok and r.pod is not None and r.request is not None),
-        key=lambda r: r.started,
-    )
-    if not answered:
-        return None
+) -> list[Placement]:
+    """Every request of one replay with a body (`request`), in the order they were sent. Only
+    requests answered by a pod that named itself (`kvpin sim --pod-name`) count as having sent
+    their blocks anywhere."""
+    ordered = sorted((r for r in records if r.request is not None), key=lambda r: r.started)
     sent: dict[str, dict[int, set[str]]] = {}  # endpoint -> block -> pods it was sent to
-    prefixed = followed = prefix_tokens = kept_tokens = 0
-    for r in answered:
-        assert r.pod is not None and r.request is not None
+    out = []
+    for r in ordered:
+        assert r.request is not None
         hashes, _ = _blocks(bodies[r.request], block_size, salt)
         pods_of = sent.setdefault(r.endpoint, {})
         n = _seen(hashes, pods_of)
-        if n:
-            prefixed += 1
-            if r.pod in pods_of[hashes[n - 1]]:
-                followed += 1
-                prefix_tokens += n * block_size
-                kept_tokens += min(r.cached_tokens, n * block_size)
-        for h in hashes:
-            pods_of.setdefault(h, set()).add(r.pod)
+        out.append(Placement(r, n * block_size, bool(n) and r.pod in pods_of[hashes[n - 1]]))
+        if r.ok and r.pod is not None:
+            for h in hashes:
+                pods_of.setdefault(h, set()).add(r.pod)
+    return out
+
+
+def affinity(placed: Iterable[Placement]) -> Affinity | None:
+    """The affinity of one replay (its placements); None when no pod named itself."""
+    answered = [p for p in placed if p.record.ok and p.record.pod is not None]
+    if not answered:
+        return None
+    prefixed = [p for p in answered if p.prefix_tokens]
+    followed = [p for p in prefixed if p.followed]
+    prefix_tokens = sum(p.prefix_tokens for p in followed)
+    kept_tokens = sum(min(p.record.cached_tokens, p.prefix_tokens) for p in followed)
     return Affinity(
-        prefixed=prefixed,
-        followed=followed / prefixed if prefixed else math.nan,
+        prefixed=len(prefixed),
+        followed=len(followed) / len(prefixed) if prefixed else math.nan,
         kept=kept_tokens / prefix_tokens if prefix_tokens else math.nan,
     )
 

@@ -342,6 +342,11 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     _add_repeat(workload)
     _add_seeds(workload)
     workload.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    workload.add_argument(
+        "--records",
+        metavar="FILE",
+        help="also write every request's outcome as JSON lines (no prompt text)",
+    )
     workload.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
     _add_logging(workload)
     workload.set_defaults(run=_run_bench_workload)
@@ -368,6 +373,11 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     _add_repeat(trace)
     _add_seeds(trace, what="the synthetic trace")
     trace.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    trace.add_argument(
+        "--records",
+        metavar="FILE",
+        help="also write every request's outcome as JSON lines (no prompt text)",
+    )
     trace.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
     _add_logging(trace)
     trace.set_defaults(run=_run_bench_trace)
@@ -526,9 +536,9 @@ def _workload_once(args: argparse.Namespace) -> list[scoring.Summary]:
     config = _bench_config(args)
     _describe(config)
     if not args.scenario:
-        return runner.run(config, progress=progress.ProgressBar())
+        return runner.run(config, progress=progress.ProgressBar(), sink=_records(args))
     config = dataclasses.replace(config, scenario=args.scenario)
-    rows = runner.run_scenario(config, progress=progress.ProgressBar())
+    rows = runner.run_scenario(config, progress=progress.ProgressBar(), sink=_records(args))
     print(scenarios.markdown(rows))
     return [summary for summary, _ in rows]
 
@@ -542,6 +552,8 @@ def _each_seed(
 
     from kvpin.bench import report, scoring
 
+    if args.records:
+        pathlib.Path(args.records).write_text("")  # each run appends its policies' requests
     if not args.seeds:
         _report(args, once(args))
         return
@@ -606,7 +618,31 @@ def _trace_once(args: argparse.Namespace) -> list[scoring.Summary]:
     config = _bench_config(args)
     print(f"{len(requests)} requests over {requests[-1].at_s:.0f}s of trace time at speed "
           f"{args.speed:g}; {config.pods} pods of {config.cache_blocks} blocks")  # fmt: skip
-    return runner.run_trace(config, requests, speed=args.speed, progress=progress.ProgressBar())
+    return runner.run_trace(
+        config, requests, speed=args.speed, progress=progress.ProgressBar(), sink=_records(args)
+    )
+
+
+def _records(args: argparse.Namespace) -> runner.Sink:
+    """Append each policy's requests to `--records` as JSON lines, labelled with the seed and
+    the round (`--repeat`); nothing without it."""
+    import collections
+    import json
+    import pathlib
+
+    from kvpin.bench import report
+
+    rounds: collections.Counter[str] = collections.Counter()
+
+    def write(policy: str, placed: Sequence[scoring.Placement]) -> None:
+        if not args.records:
+            return
+        rounds[policy] += 1
+        rows = report.request_rows(policy, placed, seed=args.seed, round=rounds[policy])
+        with pathlib.Path(args.records).open("a") as out:
+            out.writelines(json.dumps(row) + "\n" for row in rows)
+
+    return write
 
 
 def _report(args: argparse.Namespace, summaries: list[scoring.Summary]) -> None:

@@ -79,6 +79,7 @@ def test_affinity_tells_requests_that_went_where_their_prefix_was_from_those_tha
     other = body("ep-a", "something else entirely " * 20)
     bodies = [turn1, turn2, other, turn2, body("ep-b", text)]
     blocks = (len(tokens.render_chat(turn1["messages"])) - 1) // 16  # what turn 2 shares
+    again = (len(tokens.render_chat(turn2["messages"])) - 1) // 16 * 16  # all of turn 2, resent
     record = scoring.Record
     records = [
         record("ep-a", 0.0, 0.1, 0, 0, True, pod="a", request=0),
@@ -88,7 +89,12 @@ def test_affinity_tells_requests_that_went_where_their_prefix_was_from_those_tha
         record("ep-b", 4.0, 0.1, 0, 0, True, pod="a", request=4),  # another endpoint: new
         record("ep-a", 5.0, 0.0, 0, 0, False, pod=None, request=3),  # failed: not counted
     ]
-    placed = scoring.affinity(reversed(records), bodies)  # any order: by when they were sent
+    each = scoring.placements(reversed(records), bodies)  # any order: by when they were sent
+    assert [(p.record.request, p.prefix_tokens, p.followed) for p in each] == [
+        (0, 0, False), (1, blocks * 16, True), (2, 0, False), (3, again, False),
+        (4, 0, False), (3, again, False),  # failed: listed, and counted in no figure
+    ]  # fmt: skip
+    placed = scoring.affinity(each)
     assert placed is not None
     assert placed.prefixed == 2
     assert placed.followed == 0.5
@@ -100,6 +106,6 @@ def test_affinity_tells_requests_that_went_where_their_prefix_was_from_those_tha
 
 def test_affinity_needs_pods_that_name_themselves() -> None:
     records = [scoring.Record("ep-a", 0.0, 0.1, 10, 0, True, request=0)]
-    assert scoring.affinity(records, [body("ep-a", "hi")]) is None
+    assert scoring.affinity(scoring.placements(records, [body("ep-a", "hi")])) is None
     summary = scoring.summarize("p", records, bound=(1, 2), makespan_s=1.0, per_pod={"a": 1})
     assert math.isnan(summary.followed) and math.isnan(summary.kept)
