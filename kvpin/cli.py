@@ -342,11 +342,7 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     _add_repeat(workload)
     _add_seeds(workload)
     workload.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    workload.add_argument(
-        "--records",
-        metavar="FILE",
-        help="also write every request's outcome as JSON lines (no prompt text)",
-    )
+    _add_records(workload)
     workload.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
     _add_logging(workload)
     workload.set_defaults(run=_run_bench_workload)
@@ -373,11 +369,7 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     _add_repeat(trace)
     _add_seeds(trace, what="the synthetic trace")
     trace.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    trace.add_argument(
-        "--records",
-        metavar="FILE",
-        help="also write every request's outcome as JSON lines (no prompt text)",
-    )
+    _add_records(trace)
     trace.add_argument("--chart", metavar="PNG", help="also write a chart (needs matplotlib)")
     _add_logging(trace)
     trace.set_defaults(run=_run_bench_trace)
@@ -395,6 +387,14 @@ def _add_repeat(parser: argparse.ArgumentParser) -> None:
         "--repeat", type=int, default=1, metavar="N",
         help="run every policy N times, round after round: the table shows each policy's "
         "means, a second table its lowest and highest figures (the noise between runs)",
+    )  # fmt: skip
+
+
+def _add_records(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--records", metavar="FILE",
+        help="also write every request's pod, TTFT and cached tokens as JSON lines (no prompt "
+        "text), to compare policies request by request",
     )  # fmt: skip
 
 
