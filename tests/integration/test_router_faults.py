@@ -623,18 +623,21 @@ async def test_a_request_to_a_restarted_member_stays_counted_when_one_from_befor
     def counted() -> tuple[float, int]:
         return estimates.pending[("ep-a", "pod-0")], estimates.waiting[("ep-a", "pod-0")]
 
+    async def one_waiting() -> bool:
+        return counted()[1] == 1
+
     try:
         async with aiohttp.ClientSession() as session:
             before = asyncio.create_task(  # ~0.5 s of prefill on the old pod
                 chat(session, router, [{"role": "user", "content": "before " * 1000}])
             )
-            await eventually("the first request sent", lambda: _true(counted()[1] == 1))
+            await eventually("the first request sent", one_waiting)
             membership.publish({"ep-a": endpoint("ep-a", [new], key="endpoint")})
             assert counted() == (0.0, 0)  # what was queued at the old address is gone
             after = asyncio.create_task(  # ~2.5 s of prefill on the new one
                 chat(session, router, [{"role": "user", "content": "after " * 500}])
             )
-            await eventually("the second request sent", lambda: _true(counted()[1] == 1))
+            await eventually("the second request sent", one_waiting)
             assert (await before)[0] == "pod-0"
             assert not after.done()
             pending, waiting = counted()
@@ -643,7 +646,3 @@ async def test_a_request_to_a_restarted_member_stays_counted_when_one_from_befor
         assert counted() == (0.0, 0)
     finally:
         await runner.cleanup()
-
-
-async def _true(value: bool) -> bool:
-    return value
