@@ -145,14 +145,15 @@ def summarize_body(body: Mapping[str, Any]) -> Summary:
     """The Summary of a body `parse` accepted."""
     zones = keys.parse_zones(body)
     chunks = holdings.chunk_names(zones)
+    turn = breaks.fingerprint(zones, chunks)
     return Summary(
         model=body["model"],
         user=body.get("user") or None,
         cache_salt=body.get("cache_salt") or "",
         head=keys.head(zones, keys.HEAD_CHARS),
         opening=keys.opening(zones),
-        turn=breaks.fingerprint(zones, chunks),
-        prompt_chars=len(zones.system) + len(zones.tools) + sum(len(t) for _, t in zones.history),
+        turn=turn,
+        prompt_chars=turn.chars,
         head_chars=holdings.head_chars(zones),
         first_chars=holdings.first_turn_chars(zones),
         last_chars=len(zones.history[-1][1]) if zones.history else 0,

@@ -17,10 +17,13 @@ it costs the cache less than a chunk.)
 The detector also keeps the member this replica sent the conversation's latest turn to: the
 placement index (router.holdings) names whole chunks only, so where a turn's tail of less than
 a chunk went is known only here (router.placement.holders). It is kept with its address, so
-that a member that left or restarted since is known for one whose cache is gone.
+that a member that left or restarted since is known for one whose cache is gone, and with the
+turn's size and its count of answers (assistant messages): a turn with at most one answer more
+is the next one (an answer and a user's message, or a tool call and its results), so that turn
+was sent by this replica; with more, another replica sent the turns between.
 
 Memory is bounded in bytes: `capacity` conversations at most, least recently seen dropped first,
-each one key, one 40-byte record however long its history, and a reference to a ring member
+each one key, one 48-byte record however long its history, and a reference to a ring member
 (`kvpin bench router` measures it with Python's overhead).
 """
 
@@ -38,8 +41,8 @@ from kvpin.router.keys import Zones
 ZONES = ("system", "tools", "history")
 HEAD_ZONES = ZONES[:2]  # a change there changes the head, and so the routing key
 _HASH = 8
-# system, tools, last rolling, count, last whole chunk, whole chunks
-_RECORD = struct.Struct(f"<{_HASH}s{_HASH}s{_HASH}sI{_CHUNK}sI")
+# system, tools, last rolling, count, last whole chunk, whole chunks, characters, answers
+_RECORD = struct.Struct(f"<{_HASH}s{_HASH}s{_HASH}sI{_CHUNK}sIII")
 
 
 def _hash(text: str) -> bytes:
@@ -54,6 +57,8 @@ class Turn:
     tools: bytes
     rolling: bytes  # _HASH bytes after each history message, concatenated
     chunks: bytes = b""  # the names of the prompt's whole chunks (router.holdings.chunk_names)
+    chars: int = 0  # of system, tools and history: the prompt's size
+    answers: int = 0  # assistant messages in its history
 
     @property
     def count(self) -> int:
@@ -67,7 +72,7 @@ class Turn:
         """The fixed-size fingerprint the detector keeps."""
         n = len(self.chunks) // _CHUNK
         return _RECORD.pack(self.system, self.tools, self.rolling_at(self.count), self.count,
-                            self.chunk_at(n), n)  # fmt: skip
+                            self.chunk_at(n), n, self.chars, self.answers)  # fmt: skip
 
     def chunk_at(self, n: int) -> bytes:
         """The name of the `n`th whole chunk (empty for none)."""
@@ -78,17 +83,19 @@ def fingerprint(zones: Zones, chunks: bytes = b"") -> Turn:
     """The fingerprints of one turn; `chunks` are its prompt's (holdings.chunk_names)."""
     rolling = bytearray()
     h = b""
+    chars = len(zones.system) + len(zones.tools) + sum(len(t) for _, t in zones.history)
+    answers = sum(role == "assistant" for role, _ in zones.history)
     for role, text in zones.history:
         h = hashlib.blake2b(
             h + role.encode("utf-8", "surrogatepass") + b"\0" + _hash(text), digest_size=_HASH
         ).digest()
         rolling += h
-    return Turn(_hash(zones.system), _hash(zones.tools), bytes(rolling), chunks)
+    return Turn(_hash(zones.system), _hash(zones.tools), bytes(rolling), chunks, chars, answers)
 
 
 def compare(before: bytes, now: Turn) -> str | None:
     """The first zone in which `now` does not extend the turn recorded as `before`, or None."""
-    system, tools, last, count, chunk, chunks = _RECORD.unpack(before)
+    system, tools, last, count, chunk, chunks, _, _ = _RECORD.unpack(before)
     if system != now.system:
         return "system"
     if tools != now.tools:
@@ -106,6 +113,7 @@ class Seen:
 
     broken: str | None = None  # the zone that broke the prefix since then, if any
     member: api.RingMember | None = None  # where this replica sent it (name and address)
+    sent_chars: int = 0  # its size, when this replica sent it and it is the turn right before
 
 
 class BreakDetector:
@@ -126,7 +134,10 @@ class BreakDetector:
         if before is None:
             return Seen()
         broken = compare(before, now)
-        return Seen(broken, None if broken else member)
+        if broken or member is None:
+            return Seen(broken)
+        *_, chars, answers = _RECORD.unpack(before)
+        return Seen(None, member, chars if now.answers <= answers + 1 else 0)
 
     def sent(self, conversation: str, member: api.RingMember) -> None:
         """This conversation's latest turn went to `member`."""

@@ -29,6 +29,9 @@ request that the member does not hold, over the member's prefill rate. Then:
   held there counts as no less work (it will be copied to each). One popular system prompt is
   then copied to every member and its conversations spread evenly; six heads of a sixth each
   stay with their holders, so six large heads do not fill every cache (new_conversations).
+  Following its head, a new conversation passes over the members that opened more than their
+  share of the endpoint's recent new conversations, and one (Openings; router.proxy): the
+  head is copied to a second member only where its holder would take more than its share.
 - Otherwise the home (the member holding the longest prefix of the request, the first of several
   in the conversation's walk; else the key's ring owner) stays the choice unless another
   member's cost is lower by more than the margin. A member's cost is the request's estimated
@@ -88,6 +91,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 DEFAULT_MOVE_MARGIN = 5.0  # routing.moveMargin
 SATURATED_TRIMMED = 0.5  # what a trimmed chunk counts for on a saturated pool (believed)
 SATURATED_WAITING = 2  # requests waiting on every candidate, at least, for a saturated pool
+OPENING_SLACK = 1  # new conversations a member may open beyond its share (Openings)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +174,7 @@ def holders(
     slack_chars: int,
     order: Iterable[str] = (),
     last: str | None = None,
+    sent_chars: int = 0,
     lost: bool = False,
 ) -> tuple[str | None, dict[str, int]]:
     """The request's home among `walk`, and the tokens of it each member there probably holds.
@@ -178,21 +183,30 @@ def holders(
     characters); `order` is the conversation's own walk. The home is the member holding the
     longest prefix (home_of); when that prefix is held only off the walk (by a member tried,
     ejected or warming) there is no home and the request goes as one without
-    (router.placement.decide). A later turn whose previous prompt is longer than anything this
-    replica knows of it (by more than `slack_chars`: the index's chunking) went through another
-    replica (or the index forgot it): it is presumed, holding the previous prompt, on the first
-    member of its conversation's walk, where every replica places a new conversation when
-    loads are even (decide). What this replica knows of its earlier turns does not change
-    that: another replica, not knowing them, presumed the same and may have sent a later turn
-    there, so that every replica's guess converges on one member.
+    (router.placement.decide).
 
-    A later turn whose previous prompt this replica sent to `last`, and of which `last` still
-    holds all but less than a chunk (`slack_chars`), has its home there, holding the previous
-    prompt: the index names whole chunks only, so the short turns of a chat with a long system
-    prompt were invisible in it, and each was placed as new, often off the member holding
-    its history. Where the index dropped more of the previous prompt than that (the
-    engine evicted it, by the index's guess), `last` is not believed; nor where a member holds
-    the whole previous prompt already (the index sees where it is).
+    A later turn whose previous turn this replica sent, to `last` (`sent_chars`, that turn's
+    size: router.breaks knows when it is the turn right before this one), has its home there,
+    holding the previous prompt and its answer, while the index still holds all of that prompt
+    there but less than a chunk (`slack_chars`): the index names whole chunks only, so the
+    short turns of a chat with a long system prompt were invisible in it, and each was placed
+    as new, often off the member holding its history. Where the index dropped more of it than
+    that (the engine evicted it, by the index's guess), `last` is not believed, nor where
+    another member holds the whole previous prompt already (the index sees where it is): the
+    home is then the member holding the longest prefix, `last` first of several holding as
+    much (a head copied to several members, say; router.placement.Openings).
+
+    A later turn whose previous prompt is longer than anything this replica knows of it (by
+    more than `slack_chars`) went through another replica: it is presumed, holding the
+    previous prompt, on the first member of its conversation's walk, where every replica
+    places a new conversation when loads are even (decide). What this replica knows of its
+    earlier turns does not change that: another replica, not knowing them, presumed the same
+    and may have sent a later turn there, so that every replica's guess converges on one
+    member. A turn this replica sent is not presumed so: presumed whole on a member it was
+    never sent to, a history the index had trimmed went back to the first member of the
+    walk (on `agents`, the conversations opened on a head's second holder, by their third
+    turn: the previous turn's answer, counted in the previous prompt, took it past the
+    index's view plus a chunk).
 
     A later turn whose previous one this replica sent to a member whose cache is gone since
     (`lost`: it left the pool, or came back at a new address) is presumed nowhere: this replica
@@ -204,16 +218,22 @@ def holders(
     cached = {m: min(prompt_tokens, tokens(chars[m])) for m in walk if chars.get(m)}
     if lost:
         return home_of(chars, walk, order), cached
-    if previous_tokens > tokens(max(chars.values(), default=0) + slack_chars):
+    others = max(cached.values(), default=0)
+    if sent_chars:  # this replica sent the turn before, to `last`
+        seen = chars.get(last, 0) + slack_chars >= sent_chars  # but a tail the index cannot see
+        if last in walk and others < previous_tokens and seen:
+            cached[last] = previous_tokens
+            return last, cached
+    elif previous_tokens > tokens(max(chars.values(), default=0) + slack_chars):
         home = first_of(walk, order, walk)
         assert home is not None  # walk is never empty
         cached[home] = max(cached.get(home, 0), previous_tokens)
         return home, cached
-    if last in walk and max(cached.values(), default=0) < previous_tokens <= tokens(
-        chars.get(last, 0) + slack_chars
-    ):  # the previous turn's tail is shorter than a chunk: the index cannot see it
-        cached[last] = previous_tokens
+    elif last in walk and others < previous_tokens <= tokens(chars.get(last, 0) + slack_chars):
+        cached[last] = previous_tokens  # as above, of an earlier turn another replica extended
         return last, cached
+    if previous_tokens and last in walk:  # of several holding as much, its previous turn's
+        order = itertools.chain((last,), order)
     return home_of(chars, walk, order), cached
 
 
@@ -278,27 +298,63 @@ def decide(
     return Decision(stay.name, moved=False, fresh=False)
 
 
-class Demand:
-    """Which heads an endpoint's new conversations opened with, over the last `window` of
-    them. A head's share of them is the share of the pool its conversations will need, so the
-    number of members worth holding a copy of it (head_members). Bounded; O(1) per update."""
+class Recent:
+    """How often each item came up among the last `window` added. Bounded; O(1) per update."""
 
-    def __init__(self, window: int = 256, floor: int = 8) -> None:
+    def __init__(self, window: int = 256) -> None:
         self._recent: collections.deque[str] = collections.deque(maxlen=window)
         self._counts: collections.Counter[str] = collections.Counter()
-        self.floor = floor  # a head seen once in the first few is not yet the whole pool's
 
-    def add(self, head: str) -> None:
+    def add(self, item: str) -> None:
         if len(self._recent) == self._recent.maxlen:
             oldest = self._recent[0]
             self._counts[oldest] -= 1
             if not self._counts[oldest]:
                 del self._counts[oldest]
-        self._recent.append(head)
-        self._counts[head] += 1
+        self._recent.append(item)
+        self._counts[item] += 1
+
+    def count(self, item: str) -> int:
+        return self._counts.get(item, 0)
+
+    def __len__(self) -> int:
+        return len(self._recent)
+
+
+class Demand(Recent):
+    """Which heads an endpoint's new conversations opened with, over the last `window` of
+    them. A head's share of them is the share of the pool its conversations will need, so the
+    number of members worth holding a copy of it (head_members)."""
+
+    def __init__(self, window: int = 256, floor: int = 8) -> None:
+        super().__init__(window)
+        self.floor = floor  # a head seen once in the first few is not yet the whole pool's
 
     def share(self, head: str) -> float:
-        return self._counts.get(head, 0) / max(len(self._recent), self.floor)
+        return self.count(head) / max(len(self), self.floor)
+
+
+class Openings(Recent):
+    """Which members an endpoint's new conversations with a head went to, over the last
+    `window` of them; `full` names the members that took more than their share.
+
+    Conversations opening with a head kept on few members (six agents of a sixth of the
+    traffic each, on four members) follow its holders, so a member holding two heads opens
+    twice the conversations of one holding one, and a head drawn more often than the others
+    piles onto its holder: the busiest member took 1.33 to 1.69 times the mean (session 39's
+    seeds). A conversation's later turns follow it, so its requests are where it opened: a
+    member that opened its share plus OPENING_SLACK is passed over by new conversations,
+    which copy their head to the next member instead (a tenth of a second of prefill, once
+    per member it spreads to). Counted in conversations, not requests in flight: balancing
+    by requests in flight moved the busiest seeds little and cost 2 to 5 points of hit rate
+    (session 39), as in-flight counts come and go with every turn.
+    """
+
+    def full(self, members: int) -> set[str]:
+        """The members that opened their share of these conversations, counting the next one,
+        plus OPENING_SLACK or more."""
+        share = (len(self) + 1) / max(1, members)
+        return {m for m, n in self._counts.items() if n >= share + OPENING_SLACK}
 
 
 def new_conversations(

@@ -88,8 +88,10 @@ class Facts:
     first_tokens: int = 0  # of its first turn's prompt (the first message after the head)
     head_share: float = 1.0  # of the endpoint's new conversations opening with its head
     head_changed: bool = False  # its system prompt or tools since its previous turn
+    opens: bool = False  # a new conversation with a system prompt or tools (placement.Openings)
     conversation: str = ""  # as the break detector names it
     last_member: api.RingMember | None = None  # where this replica sent its previous turn
+    sent_chars: int = 0  # of that turn's prompt, when it is the turn right before this one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +99,7 @@ class Placed:
     """Where one attempt goes, and why."""
 
     member: api.RingMember
-    spilled: bool  # its home (else the key's ring owner) was over the loadFactor cap
+    spilled: bool  # its home (else the key's ring owner) was passed over: over the cap or full
     moved: bool  # the cost rule took it off its home
     uncached: int  # tokens the member is expected to compute
     alone: bool  # nothing was queued ahead of it there
@@ -167,6 +169,9 @@ class Proxy:
         )
         self.demand: collections.defaultdict[str, placement.Demand] = collections.defaultdict(
             placement.Demand
+        )
+        self.openings: collections.defaultdict[str, placement.Openings] = collections.defaultdict(
+            placement.Openings
         )
         self.warmer = warmup.Warmer(metrics, self._warmed)
         self.replicas = Replicas(settings.replica, settings.replicas)
@@ -297,7 +302,8 @@ class Proxy:
             answer = await self.to_replica(request, owner, ep, received)
             if answer is not None:
                 return answer
-        if summary.head_chars and summary.messages <= 1:  # a new conversation of this head
+        opens = bool(summary.head_chars) and summary.messages <= 1
+        if opens:  # a new conversation of this head
             self.demand[ep].add(key)
         self.heads[ep].seen(summary.shared_head, salt)
         remembered = f"{ep}/{conversation}"  # the break detector's name for it
@@ -316,8 +322,9 @@ class Proxy:
             head_tokens=tokens(ep, summary.head_chars) if summary.head_chars else 0,
             first_tokens=tokens(ep, summary.first_chars),
             head_share=self.demand[ep].share(key) if summary.head_chars else 1.0,
-            head_changed=broken in HEAD_ZONES,
+            head_changed=broken in HEAD_ZONES, opens=opens,
             conversation=remembered, last_member=seen.member,
+            sent_chars=seen.sent_chars,
         )  # fmt: skip
         return await self.forward(
             request, endpoint, path, raw, facts, broken=broken, started=started
@@ -327,10 +334,11 @@ class Proxy:
         """The member for this attempt, by cost (router.placement), within the hard cap.
 
         Candidates are the key's walk without tried and ejected members; members over the
-        `loadFactor` cap are passed over unless all are. What each holds comes from
-        router.holdings (the prefix chunks this replica sent it: a conversation's previous
-        turns, a shared system prompt); the home and what each holds are worked out by
-        placement.holders. A spill is a request whose home was over the cap.
+        `loadFactor` cap are passed over unless all are, and for a new conversation following
+        a head those that opened more than their share of them (placement.Openings). What each
+        holds comes from router.holdings (the prefix chunks this replica sent it: a
+        conversation's previous turns, a shared system prompt); the home and what each holds
+        are worked out by placement.holders. A spill is a request whose home was passed over.
         """
         ep, routing = endpoint.config.id, endpoint.config.routing
         now = time.monotonic()
@@ -347,6 +355,13 @@ class Proxy:
         capped = ring.within_bound(
             walk, loads, load_factor=routing.load_factor, size=len(endpoint.ring),
         )  # fmt: skip
+        by_conversation, spread = placement.new_conversations(
+            head_tokens=facts.head_tokens, first_tokens=facts.first_tokens,
+            share=facts.head_share, members=len(endpoint.ring), fresh_below=routing.fresh_below,
+        )  # fmt: skip
+        if facts.opens and not by_conversation:  # following a head: not to members that
+            full = self.openings[ep].full(len(endpoint.ring))  # opened more than their share
+            capped = [m for m in capped if m.name not in full] or capped
         engines = {m.name: self.engines.get(m.url, now) for m in walk}
         arrivals = self.estimates.arrivals[ep].rate(now) / len(endpoint.ring)
         table = self._holdings(ep)
@@ -362,10 +377,6 @@ class Proxy:
         trimmed = table.trimmed(facts.scope, facts.chunks, held) if saturated else {}
         believed = placement.believed(held, trimmed)
 
-        by_conversation, spread = placement.new_conversations(
-            head_tokens=facts.head_tokens, first_tokens=facts.first_tokens,
-            share=facts.head_share, members=len(endpoint.ring), fresh_below=routing.fresh_below,
-        )  # fmt: skip
         allowed = None  # all
         if by_conversation and spread < len(endpoint.ring):  # the head's first members
             allowed = {m.name for m in itertools.islice(endpoint.ring.walk(facts.key), spread)}
@@ -384,6 +395,7 @@ class Proxy:
             slack_chars=holdings.CHUNK_CHARS,
             order=conversation() if by_conversation else (),
             last=last.name if last else None,
+            sent_chars=facts.sent_chars,
             lost=last is not None and endpoint.ring.members.get(last.name) != last,
         )
         candidates = [
@@ -446,8 +458,7 @@ class Proxy:
                 break
             member = placed.member
             tried.add(member.name)
-            self.breaks.sent(facts.conversation, member)  # where its next turn looks
-            self._count(ep, attempt, placed)
+            self._placed(ep, attempt, placed, facts)
             with (
                 self._in_flight(ep, member.name),
                 Prefill(self.estimates, ep, member.name, placed.uncached) as prefill,
@@ -691,7 +702,12 @@ class Proxy:
                 ttft_s=(learn.first_token or time.monotonic()) - started,
             )  # fmt: skip
 
-    def _count(self, ep: str, attempt: int, placed: Placed) -> None:
+    def _placed(self, ep: str, attempt: int, placed: Placed, facts: Facts) -> None:
+        """Note where an attempt went: for the conversation's next turn, for new conversations
+        (a retry opens nothing new), and in the metrics."""
+        self.breaks.sent(facts.conversation, placed.member)
+        if facts.opens and not attempt:
+            self.openings[ep].add(placed.member.name)
         m = self.metrics
         for counted, metric in ((attempt > 0, m.retries), (not attempt and placed.spilled,
                                 m.spills), (not attempt and placed.moved, m.moves)):  # fmt: skip
@@ -750,6 +766,8 @@ class Proxy:
                 self.warmer.cancel(ep, member)
             if before is not None:
                 self._drop(ep, cold, after)
+            if after is None or joined or cold:  # shares of another pool
+                self.openings.pop(ep, None)
             if after is None:
                 self.heads.pop(ep, None)
                 self.demand.pop(ep, None)

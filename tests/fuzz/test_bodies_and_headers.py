@@ -35,7 +35,7 @@ def _refused_or_summarized(raw: bytes) -> None:
         assert str(err)
     else:
         assert isinstance(summary.model, str) and summary.model
-        assert len(summary.turn.record()) == 40
+        assert len(summary.turn.record()) == 48
         assert summary.messages >= 0
 
 

@@ -147,7 +147,7 @@ async def test_a_client_that_gives_up_before_the_first_byte_leaves_no_load(
 async def test_the_break_detector_keeps_a_fixed_size_per_conversation() -> None:
     many = {"model": "ep-a", "messages": [{"role": "user", "content": "x"}] * 5000}
     summary = bodies.summarize(json.dumps(many).encode(), bodies.Limits())
-    assert len(summary.turn.record()) == 40
+    assert len(summary.turn.record()) == 48
 
 
 async def test_bodies_that_would_block_the_loop_are_parsed_elsewhere(

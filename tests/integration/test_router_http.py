@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import pathlib
 import re
 import time
@@ -530,26 +531,28 @@ async def test_a_prompt_is_known_where_it_was_sent_before_its_answer_ends(
     start_sim: StartSim, start_router: StartRouter
 ) -> None:
     # Conversations keyed by session share one long system prompt. While the first one's
-    # answer still streams, the others find that prompt on its member (the index records a
-    # prompt when it is sent) and go there, instead of each being placed as if nothing were
-    # cached anywhere.
+    # answer still streams, the next finds that prompt on its member (the index records a
+    # prompt when it is sent) and goes there, instead of being placed as if nothing were
+    # cached anywhere. One conversation each, in four rounds (a router each, with its own
+    # system prompt): more would be passed over to copy the head to a second member, as
+    # that member opened more than its share of the new conversations (placement.Openings).
     slow = replace_timing(decode_tokens_per_s=20)
-    router = await start_router(
-        endpoint("ep-a", await pool(start_sim, 4, timing=slow), key="session")
-    )
-    system = {"role": "system", "content": LONG_SYSTEM * 4}  # several chunks of the index
-    body = {"model": "ep-a", "max_tokens": 8, "stream": True,
-            "messages": [system, {"role": "user", "content": "first"}]}  # fmt: skip
+    urls = await pool(start_sim, 4, timing=slow)
     async with aiohttp.ClientSession() as session:
-        url = f"{router}/v1/chat/completions"
-        async with session.post(url, json=body, headers={"X-Session-ID": "s-0"}) as first:
-            await first.content.readany()  # prefilled, still decoding
-            home = first.headers["X-Kvpin-Member"]
-            for i in range(1, 7):
-                session.headers["X-Session-ID"] = f"s-{i}"
-                question = {"role": "user", "content": f"question {i}"}
-                assert (await chat(session, router, [system, question]))[0] == home
-            await first.read()
+        for r in range(4):
+            router = await start_router(endpoint("ep-a", urls, key="session"))
+            system = {"role": "system", "content": f"round {r}: " + LONG_SYSTEM * 4}
+            body = {"model": "ep-a", "max_tokens": 8, "stream": True,
+                    "messages": [system, {"role": "user", "content": "first"}]}  # fmt: skip
+            url = f"{router}/v1/chat/completions"
+            async with session.post(url, json=body, headers={"X-Session-ID": "s-0"}) as first:
+                await first.content.readany()  # prefilled, still decoding
+                home = first.headers["X-Kvpin-Member"]
+                session.headers["X-Session-ID"] = "s-1"
+                question = {"role": "user", "content": "a question"}
+                assert (await chat(session, router, [system, question]))[0] == home, r
+                await first.read()
+            del session.headers["X-Session-ID"]
 
 
 async def test_a_short_turn_stays_where_its_conversation_went_while_that_member_is_busy(
@@ -579,3 +582,42 @@ async def test_a_short_turn_stays_where_its_conversation_went_while_that_member_
             # its whole previous prompt is cached there, but for the block it ended in
             cached = answer["usage"]["prompt_tokens_details"]["cached_tokens"]
             assert cached > body["usage"]["prompt_tokens"] - 16
+
+
+async def test_conversations_of_several_agents_open_evenly_and_stay_where_they_opened(
+    start_sim: StartSim, start_router: StartRouter
+) -> None:
+    # Six agents (a system prompt of about a chunk and a half each) open 24 conversations,
+    # eight of them agent 0's, a third: under a member and a half's worth of four, so each
+    # agent's head is kept where it is (placement.head_members). Following the heads would
+    # open eight or more on one member; a member that opened more than its share of them, and
+    # one, is passed over, so none opens more than seven. Every later turn goes where its
+    # conversation opened and finds its history there, also where the previous turn's answer
+    # takes it past what the placement index names: each first prompt ends just short of a
+    # chunk boundary, so the index names one chunk of it.
+    router = await start_router(
+        endpoint("ep-a", await pool(start_sim, 4)), engine_metrics_interval=0
+    )
+    others = itertools.cycle(range(1, 6))
+    agents = [0 if c in {0, 4, 8, 11, 14, 17, 20, 23} else next(others) for c in range(24)]
+    opened: collections.Counter[str] = collections.Counter()
+    conversations = []
+    async with aiohttp.ClientSession() as session:
+        for c, agent in enumerate(agents):
+            system = f"You are agent {agent}. " + LONG_SYSTEM
+            text = f"conversation {c}: " + "where is my parcel? " * 100
+            first = [{"role": "system", "content": system},
+                     {"role": "user", "content": text[: 4080 - len(system)]}]  # fmt: skip
+            member, body = await chat(session, router, first, max_tokens=32)
+            opened[member] += 1
+            conversations.append((member, first, body))
+        assert max(opened.values()) <= 7, opened
+        for turn in range(2):
+            for c, (member, before, body) in enumerate(conversations):
+                messages = [*before, body["choices"][0]["message"],
+                            {"role": "user", "content": f"and then? ({turn})"}]  # fmt: skip
+                again, answer = await chat(session, router, messages, max_tokens=32)
+                assert again == member, (c, turn)
+                cached = answer["usage"]["prompt_tokens_details"]["cached_tokens"]
+                assert cached > body["usage"]["prompt_tokens"] - 16, (c, turn)
+                conversations[c] = (member, messages, answer)

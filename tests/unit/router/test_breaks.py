@@ -54,7 +54,7 @@ def test_memory_is_bounded() -> None:
 
 def test_the_record_kept_per_conversation_has_one_size_whatever_the_history() -> None:
     short, long = zones("s", "", "a"), zones("s", "", *map(str, range(5000)))
-    assert len(short.record()) == len(long.record()) == 40
+    assert len(short.record()) == len(long.record()) == 48
     d = breaks.BreakDetector()
     d.observe("c", long)
     assert d.observe("c", zones("s", "", *map(str, range(5001)))).broken is None
@@ -92,13 +92,35 @@ def test_a_continuing_turn_learns_where_its_previous_one_went() -> None:
     d.sent("c", POD_B)
     d.sent("c", POD_C)  # a retry: the last member sent to is the one remembered
     seen = d.observe("c", routed(keys.parse_zones({"prompt": story + " He had three sons."})))
-    assert seen == breaks.Seen(None, POD_C)
+    assert seen == breaks.Seen(None, POD_C, len(story))  # and the size of what it sent
     # not sent yet (its attempt failed before a member was chosen): no member to presume
     assert d.observe("c", routed(keys.parse_zones({"prompt": story + " More."}))).member is None
     d.sent("c", POD_A)
     # a broken prefix: the previous turn's cache is no use, so neither is where it went
     seen = d.observe("c", routed(keys.parse_zones({"prompt": "Twice" + story[4:]})))
     assert seen == breaks.Seen("history", None)
+
+
+def chat(*history: tuple[str, str]) -> breaks.Turn:
+    return breaks.fingerprint(keys.Zones("sys", "", history))
+
+
+def test_the_size_of_the_turn_sent_is_known_only_for_the_turn_right_before() -> None:
+    d = breaks.BreakDetector()
+    u1, a1, u2 = ("user", "hi"), ("assistant", "hello there"), ("user", "how much?")
+    d.observe("c", chat(u1))
+    d.sent("c", POD_A)
+    assert d.observe("c", chat(u1, a1, u2)) == breaks.Seen(None, POD_A, len("sys" + "hi"))
+    d.sent("c", POD_B)
+    # two answers more: another replica sent the turn in between; where it went is unknown
+    a2, u3, a3, u4 = ("assistant", "12"), ("user", "ok"), ("assistant", "yes"), ("user", "?")
+    assert d.observe("c", chat(u1, a1, u2, a2, u3, a3, u4)) == breaks.Seen(None, POD_B, 0)
+    d.sent("c", POD_C)
+    # an agent's tool call and its results: one answer, the next turn
+    call, result = ("assistant", "call lookup()"), ("tool", "42")
+    size = len("sys") + sum(len(t) for _, t in (u1, a1, u2, a2, u3, a3, u4))
+    seen = d.observe("c", chat(u1, a1, u2, a2, u3, a3, u4, call, result, result))
+    assert seen == breaks.Seen(None, POD_C, size)
 
 
 def test_sending_a_conversation_the_detector_forgot_remembers_nothing() -> None:

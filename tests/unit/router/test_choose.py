@@ -310,3 +310,28 @@ async def test_on_a_saturated_pool_a_conversation_stays_with_its_history() -> No
     proxy.estimates.sent("ep", order[2], 0)
     placed = proxy.choose(endpoint, facts("conv-9", 10), set())
     assert placed.member.name == home and not placed.moved
+
+
+async def test_a_new_conversation_passes_over_a_member_that_opened_more_than_its_share() -> None:
+    # One agent of six (a head of 4 chunks, most of its first turn) is kept on one member;
+    # that member opened three of the last three conversations with a head, more than its
+    # share of the fourth (4/3) and one. The next new conversation copies the head to the
+    # next member of the walk instead; a later turn of a conversation there still goes home.
+    proxy, endpoint = await proxy_for()
+    order = walk(endpoint, "agent-1")
+    proxy._holdings("ep").record(SCOPE, chunks("agent-1", 4), order[0])
+    head = 4 * holdings.CHUNK_CHARS // 4
+    opening = dataclasses.replace(
+        facts("agent-1", 4), head_tokens=head, first_tokens=head + 100, head_share=1 / 6,
+        opens=True,
+    )  # fmt: skip
+    assert proxy.choose(endpoint, opening, set()).member.name == order[0]
+    for _ in range(3):
+        proxy.openings["ep"].add(order[0])
+    placed = proxy.choose(endpoint, opening, set())
+    assert placed.member.name == order[1] and placed.spilled and placed.uncached == head + 100
+    later = dataclasses.replace(opening, opens=False)  # the same, not opening a conversation
+    assert proxy.choose(endpoint, later, set()).member.name == order[0]
+    for member in (order[1], order[2]) * 2:  # seven, the next the eighth: 8/3 and one each
+        proxy.openings["ep"].add(member)
+    assert proxy.choose(endpoint, opening, set()).member.name == order[0]

@@ -220,11 +220,11 @@ def tokens(chars: int) -> int:
 
 def holders(
     walk: list[str], chars: dict[str, int], prompt: int = 10_000, previous: int = 0,
-    order: tuple[str, ...] = (), *, last: str | None = None, lost: bool = False,
+    order: tuple[str, ...] = (), *, last: str | None = None, sent: int = 0, lost: bool = False,
 ):  # fmt: skip
     return placement.holders(walk, chars, prompt_tokens=prompt, previous_tokens=previous,
                              tokens=tokens, slack_chars=4096, order=order, last=last,
-                             lost=lost)  # fmt: skip
+                             sent_chars=sent, lost=lost)  # fmt: skip
 
 
 def test_the_home_is_the_first_member_of_the_walk_holding_the_longest_prefix() -> None:
@@ -348,6 +348,44 @@ def test_holders_default_to_nothing_known() -> None:
     assert holders(["a", "b"], {}, previous=1025) == ("a", {"a": 1025})
     home, cached = holders(["a", "b"], {"a": 4096}, previous=5000)
     assert (home, cached) == ("a", {"a": 5000})  # what it holds, raised to the previous prompt
+
+
+def test_a_turn_this_replica_sent_is_not_presumed_on_the_first_member_of_the_walk() -> None:
+    head = {"a": 8192, "b": 8192}  # a head of 2048 tokens on a and b
+    # the turn before went to b, 9000 characters; with its answer it is 3500 tokens, past
+    # what the index names on b and the slack (12,288 characters, 3072 tokens)
+    home, cached = holders(["a", "b", "c"], head, previous=3500, last="b", sent=9000)
+    assert (home, cached) == ("b", {"a": 2048, "b": 3500})
+    # where another replica sent the turn before (the size of none is known): presumed on a
+    assert holders(["a", "b", "c"], head, previous=3500, last="b")[0] == "a"
+    # the index trimmed it from b (the engine evicted it, by its guess): not believed, and
+    # not presumed whole on a member it never went to; of the head's holders, b
+    home, cached = holders(["a", "b", "c"], head, previous=4200, last="b", sent=16_000)
+    assert (home, cached) == ("b", {"a": 2048, "b": 2048})
+    home, cached = holders(["a", "b", "c"], {"a": 8192, "b": 4096}, previous=4200, last="b",
+                           sent=16_000)  # fmt: skip
+    assert (home, cached) == ("a", {"a": 2048, "b": 1024})
+    # all of it named on c already (a retry's member): the index says where
+    home, cached = holders(["a", "b", "c"], {**head, "c": 16_384}, previous=3500, last="b",
+                           sent=9000)  # fmt: skip
+    assert home == "c"
+
+
+def test_members_that_opened_more_than_their_share_of_new_conversations_are_full() -> None:
+    openings = placement.Openings(window=8)
+    assert openings.full(4) == set()
+    for member in "aaab":
+        openings.add(member)
+    assert openings.full(4) == {"a"}  # the next is the fifth: a share of 1.25, and one more
+    for member in "bcd":
+        openings.add(member)
+    assert openings.full(4) == {"a"}  # the eighth: 2 each, and one more; a has 3
+    openings.add("b")
+    assert openings.full(4) == set()  # the ninth: 2.25, and one more
+    openings.add("c")  # the first "a" leaves the window: a 2, b 3, c 2, d 1
+    assert openings.full(4) == set()
+    assert openings.full(8) == {"b"}  # a pool of eight: 1.125, and one more
+    assert openings.full(2) == set()
 
 
 def test_a_heads_share_of_new_conversations_is_counted_over_a_window() -> None:
