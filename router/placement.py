@@ -344,7 +344,7 @@ class Openings(Recent):
     piles onto its holder: the busiest member took 1.33 to 1.69 times the mean (session 39's
     seeds). A conversation's later turns follow it, so its requests are where it opened: a
     member that opened its share plus OPENING_SLACK is passed over by new conversations,
-    which copy their head to the next member instead (a tenth of a second of prefill, once
+    which copy their head to the next member instead (a fraction of a second of prefill, once
     per member it spreads to). Counted in conversations, not requests in flight: balancing
     by requests in flight moved the busiest seeds little and cost 2 to 5 points of hit rate
     (session 39), as in-flight counts come and go with every turn.

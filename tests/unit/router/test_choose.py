@@ -335,3 +335,16 @@ async def test_a_new_conversation_passes_over_a_member_that_opened_more_than_its
     for member in (order[1], order[2]) * 2:  # seven, the next the eighth: 8/3 and one each
         proxy.openings["ep"].add(member)
     assert proxy.choose(endpoint, opening, set()).member.name == order[0]
+
+
+async def test_openings_are_counted_anew_when_the_pool_changes() -> None:
+    # Shares of a pool that is gone: three members that opened ten each would all be full for
+    # a fourth that joins, which would take every new conversation until it caught up.
+    proxy, membership = await proxy_with()
+    for member in NAMES * 10:
+        proxy.openings["ep"].add(member)
+    membership.publish({"ep": EndpointConfig("ep", MEMBERS)})  # the same pool: kept
+    assert len(proxy.openings["ep"]) == 30
+    joined = api.RingMember("pod-d", "127.0.0.1:9100")
+    membership.publish({"ep": EndpointConfig("ep", (*MEMBERS, joined))})
+    assert "ep" not in proxy.openings
