@@ -33,6 +33,7 @@ import collections
 import dataclasses
 import hashlib
 import struct
+from typing import NamedTuple
 
 from kvpin import api
 from kvpin.router.holdings import HASH_BYTES as _CHUNK
@@ -41,8 +42,20 @@ from kvpin.router.keys import Zones
 ZONES = ("system", "tools", "history")
 HEAD_ZONES = ZONES[:2]  # a change there changes the head, and so the routing key
 _HASH = 8
-# system, tools, last rolling, count, last whole chunk, whole chunks, characters, answers
 _RECORD = struct.Struct(f"<{_HASH}s{_HASH}s{_HASH}sI{_CHUNK}sIII")
+
+
+class Record(NamedTuple):
+    """A turn's fingerprint as the detector keeps it (packed in _RECORD)."""
+
+    system: bytes
+    tools: bytes
+    last: bytes  # the rolling hash after its last history message
+    count: int  # history messages
+    chunk: bytes  # the name of its last whole chunk
+    chunks: int  # whole chunks
+    chars: int  # its prompt's size
+    answers: int  # assistant messages
 
 
 def _hash(text: str) -> bytes:
@@ -93,15 +106,15 @@ def fingerprint(zones: Zones, chunks: bytes = b"") -> Turn:
     return Turn(_hash(zones.system), _hash(zones.tools), bytes(rolling), chunks, chars, answers)
 
 
-def compare(before: bytes, now: Turn) -> str | None:
+def compare(before: Record, now: Turn) -> str | None:
     """The first zone in which `now` does not extend the turn recorded as `before`, or None."""
-    system, tools, last, count, chunk, chunks, _, _ = _RECORD.unpack(before)
-    if system != now.system:
+    if before.system != now.system:
         return "system"
-    if tools != now.tools:
+    if before.tools != now.tools:
         return "tools"
-    extended = now.count >= count and now.rolling_at(count) == last
-    grew = now.count == count and chunks and now.chunk_at(chunks) == chunk
+    count = before.count
+    extended = now.count >= count and now.rolling_at(count) == before.last
+    grew = now.count == count and before.chunks and now.chunk_at(before.chunks) == before.chunk
     if count and not extended and not grew:
         return "history"
     return None
@@ -133,11 +146,11 @@ class BreakDetector:
             self._turns.popitem(last=False)
         if before is None:
             return Seen()
-        broken = compare(before, now)
+        record = Record._make(_RECORD.unpack(before))
+        broken = compare(record, now)
         if broken or member is None:
             return Seen(broken)
-        *_, chars, answers = _RECORD.unpack(before)
-        return Seen(None, member, chars if now.answers <= answers + 1 else 0)
+        return Seen(None, member, record.chars if now.answers <= record.answers + 1 else 0)
 
     def sent(self, conversation: str, member: api.RingMember) -> None:
         """This conversation's latest turn went to `member`."""
