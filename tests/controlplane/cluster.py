@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import socket
@@ -34,6 +35,7 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+READY_BY_PROBE = "kvpin.test/ready-by-probe"  # a pod annotation: see probed_ready_stages
 GPU_PRODUCT = "NVIDIA-A100-SXM4-80GB"
 
 
@@ -46,6 +48,39 @@ def free_port() -> int:
 
 def _openssl(*args: str, cwd: pathlib.Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def probed_ready_stages(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """KWOK's stages, with pods annotated READY_BY_PROBE started un-Ready.
+
+    KWOK's pod-ready stage gives a pod its IP and makes it Ready at once, as if its readiness
+    probe passed the moment it was scheduled. A test that runs a real engine for such a pod
+    (tests/controlplane/test_pool_lifecycle.py) plays the kubelet's probe instead: the pod
+    gets its IP un-Ready, and the test marks it Ready once its engine answers. Without this,
+    a rollout replaced every pod before any new engine listened, and routers sent users to
+    addresses where nothing did.
+    """
+    out = []
+    for stage in stages:
+        if stage.get("metadata", {}).get("name") != "pod-ready":
+            out.append(stage)
+            continue
+        key = f'.metadata.annotations["{READY_BY_PROBE}"]'
+        held = json.loads(json.dumps(stage))
+        held["metadata"]["name"] = "pod-ready-by-probe"
+        held["spec"]["selector"]["matchExpressions"].append({"key": key, "operator": "Exists"})
+        template = held["spec"]["next"]["statusTemplate"]
+        for kind in ("Ready", "ContainersReady"):
+            template, n = re.subn(
+                rf'status: "True"(\s+)type: {kind}\n', rf'status: "False"\1type: {kind}\n', template
+            )
+            assert n == 1, f"KWOK's pod-ready stage changed: no {kind} condition"
+        held["spec"]["next"]["statusTemplate"] = template.replace("ready: true", "ready: false")
+        stage["spec"]["selector"]["matchExpressions"].append(
+            {"key": key, "operator": "DoesNotExist"}
+        )
+        out += [stage, held]
+    return out
 
 
 def write_certificates(pki: pathlib.Path) -> None:
@@ -277,7 +312,9 @@ class ControlPlane:
                 "nodeLeaseDurationSeconds": 40, "enablePodsOnNodeSyncListPager": True,
             },
         }]  # fmt: skip
-        documents += [yaml.safe_load(p.read_text()) for p in sorted(stages.glob("*.yaml"))]
+        documents += probed_ready_stages(
+            [yaml.safe_load(p.read_text()) for p in sorted(stages.glob("*.yaml"))]
+        )
         config.write_text(yaml.safe_dump_all(documents))
         self._spawn("kwok", [
             f"--kubeconfig={self.kubeconfig}", f"--config={config}",

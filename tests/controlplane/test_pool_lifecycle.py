@@ -3,13 +3,17 @@
 request.
 
 KWOK runs no containers, so this test plays the kubelet's part for the engines: for every pod
-with an IP it starts a `kvpin sim` on that (loopback) address, and when a pod goes away it
-keeps that sim serving for a drain delay (as the pod's preStop sleep would) before stopping it
-with SIGTERM (which lets requests in flight finish). Each sim records whether each request it
-received was a warm-up (`--debug-routes`, GET /debug/arrivals). That a warming member gets
-no user request even when its engine already listens is checked precisely on loopback
-(tests/integration/test_router_warmup.py); here, the whole path: `spec.routing.warmup` from
-the API server to the router, the warm-up header to the engines, no error through the changes.
+with an IP it starts a `kvpin sim` on that (loopback) address and marks the pod Ready once the
+sim answers (its readiness probe; KWOK holds such pods un-Ready: cluster.probed_ready_stages),
+and when a pod goes away it keeps that sim serving for a drain delay (as the pod's preStop
+sleep would) before stopping it with SIGTERM (which lets requests in flight finish). KWOK may
+give a new pod the address of one that just left; its sim then starts once the old one has
+stopped, as a real pod's would only get an address no container holds. Each sim records whether
+each request it received was a warm-up (`--debug-routes`, GET /debug/arrivals). That a warming
+member gets no user request even when its engine already listens is checked precisely on
+loopback (tests/integration/test_router_warmup.py); here, the whole path: `spec.routing.warmup`
+from the API server to the router, the warm-up header to the engines, no error through the
+changes.
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ class Engines:
     def __init__(self, client: Kube, namespace: str, name: str, port: int) -> None:
         self.client, self.namespace, self.name, self.port = client, namespace, name, port
         self.running: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}  # pod uid -> sim
-        self.draining: list[tuple[float, subprocess.Popen[bytes]]] = []
+        self.draining: list[tuple[float, str, subprocess.Popen[bytes]]] = []  # until, url, sim
+        self.probing: dict[str, str] = {}  # pod uid -> pod name, until its sim answers
         self.started: list[str] = []  # every sim's base URL, in start order
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, daemon=True)
@@ -60,31 +65,42 @@ class Engines:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join(10)
-        for _, proc in [*self.running.values(), *((0.0, p) for _, p in self.draining)]:
+        for proc in [*(p for _, p in self.running.values()), *(p for *_, p in self.draining)]:
             proc.terminate()
             proc.wait(10)
+
+    def _url(self, ip: str) -> str:
+        return f"http://{ip}:{self.port}"
 
     def _follow(self) -> None:
         while not self._stop.wait(0.1):
             pods = {
-                p["metadata"]["uid"]: p["status"]["podIP"]
+                p["metadata"]["uid"]: (p["metadata"]["name"], p["status"]["podIP"])
                 for p in self.client.pods(self.namespace, self.name)
                 if p.get("status", {}).get("podIP") and not p["metadata"].get("deletionTimestamp")
             }
             for uid in self.running.keys() - pods.keys():  # gone: drain, then stop
-                _, proc = self.running.pop(uid)
-                self.draining.append((time.monotonic() + DRAIN_S, proc))
-            for uid in pods.keys() - self.running.keys():
-                self._start(uid, pods[uid])
+                ip, proc = self.running.pop(uid)
+                self.probing.pop(uid, None)
+                self.draining.append((time.monotonic() + DRAIN_S, self._url(ip), proc))
             now = time.monotonic()
-            for deadline, proc in [d for d in self.draining if d[0] <= now]:
-                proc.terminate()
-                self.draining.remove((deadline, proc))
+            for entry in [d for d in self.draining if d[0] <= now]:
+                entry[2].terminate()
+                entry[2].wait(10)
+                self.draining.remove(entry)
+            held = {url for _, url, _ in self.draining}
+            for uid in pods.keys() - self.running.keys():
+                name, ip = pods[uid]
+                if self._url(ip) not in held:  # else: once the sim that left it has stopped
+                    self._start(uid, ip)
+                    self.probing[uid] = name
+            for uid, name in list(self.probing.items()):
+                if http_ok(f"{self._url(self.running[uid][0])}/health"):
+                    self.client.mark_ready(self.namespace, name)
+                    del self.probing[uid]
 
     def _start(self, uid: str, ip: str) -> None:
-        url = f"http://{ip}:{self.port}"
-        if url in {f"http://{i}:{self.port}" for i, _ in self.running.values()}:
-            return
+        url = self._url(ip)
         proc = subprocess.Popen(
             [str(KVPIN), "sim", "--host", ip, "--port", str(self.port), "--served-model-name",
              self.name, "--time-scale", "0", "--debug-routes", "--log-level", "WARNING"],
@@ -143,6 +159,7 @@ def test_scaling_and_rolling_under_load_loses_nothing_and_warms_every_engine(
         "apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "ep-roll"},
         "spec": {"model": "sim-8b", "replicas": 2, "vramReservation": "1Gi",
                  "engine": {"preset": "sim", "port": port}, "gpu": {"count": 0},
+                 "pod": {"annotations": {cluster.READY_BY_PROBE: "true"}},  # Engines: probe
                  "routing": {"key": "session", "warmup": warmup}},  # users spread
     }  # fmt: skip
     client.create_endpoint(namespace, body)
