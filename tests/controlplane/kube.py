@@ -94,12 +94,17 @@ class Kube:
         return sorted(self._dict(response)["items"], key=lambda p: p["metadata"]["name"])
 
     def mark_ready(self, namespace: str, pod: str) -> None:
-        """Set a pod Ready, as the kubelet does when its readiness probe passes."""
+        """Set a pod Ready, as the kubelet does when its readiness probe passes (a pod deleted
+        meanwhile has nothing to mark)."""
         ready = [{"type": kind, "status": "True"} for kind in ("Ready", "ContainersReady")]
-        self.core.patch_namespaced_pod_status(
-            pod, namespace, {"status": {"conditions": ready}},
-            _content_type="application/strategic-merge-patch+json",
-        )  # fmt: skip
+        try:
+            self.core.patch_namespaced_pod_status(
+                pod, namespace, {"status": {"conditions": ready}},
+                _content_type="application/strategic-merge-patch+json",
+            )  # fmt: skip
+        except kubernetes.client.ApiException as err:
+            if err.status != 404:
+                raise
 
     def statefulset(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
